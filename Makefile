@@ -1,0 +1,31 @@
+# The two commands a fresh machine needs:
+#   make reproduce   install, then run the quick version of every experiment and the report
+#   make test        install, then run the test suite
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+DATA_DIR ?= $(if $(wildcard ../shared/data/mnist),../shared/data/mnist,$(HOME)/.cache/neural-odes/mnist)
+
+.PHONY: reproduce test install bench clean
+
+$(VENV)/.installed: setup.py
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[tf,reproduce,dev]"
+	touch $@
+
+install: $(VENV)/.installed
+
+test: install
+	NEURAL_ODES_DATA=$(DATA_DIR) $(PY) -m pytest -q tests
+
+reproduce: install
+	NEURAL_ODES_DATA=$(DATA_DIR) $(PY) -m reproduce all --quick
+	$(PY) -m reproduce report
+
+bench: install
+	$(PY) -m pip install --quiet -e ".[bench]"
+	$(PY) benchmarks/spiral_demo.py
+
+clean:
+	rm -rf $(VENV) *.egg-info

@@ -1,0 +1,257 @@
+"""The public `odeint`: checks its arguments, then hands the solve to the adjoint primitive (scipy's
+solvers) or to the autograd Runge-Kutta solvers (direct backprop)."""
+import dataclasses
+
+import autograd.numpy as anp
+import numpy as np
+from autograd.builtins import SequenceBox
+from autograd.tracer import getval, isbox
+
+from . import rk
+from .adjoint import Options, odeint_adjoint
+
+ADJOINT_METHODS = ("adams", "bdf", "lsoda")  # scipy's VODE (Adams, BDF) and LSODA; adjoint VJP
+DIRECT_METHODS = ("rk4", "dopri5")  # autograd operations; direct backprop
+METHODS = ADJOINT_METHODS + DIRECT_METHODS
+DEFAULT_TOL = 1.49012e-8  # scipy.integrate.odeint's default rtol and atol
+
+
+@dataclasses.dataclass
+class Counts:
+    """What one direction of solving did: dynamics evaluations, accepted steps, solver calls."""
+
+    nfe: int = 0
+    steps: int = 0
+    solves: int = 0
+
+    def add(self, nfe, steps):
+        self.nfe += nfe
+        self.steps += steps or 0
+        self.solves += 1
+
+
+@dataclasses.dataclass
+class SolverStats:
+    """Counts of the forward solves and of the backward (adjoint) solves, accumulated over calls.
+
+    Pass one as ``odeint(..., stats=s)``; after the forward ``s.forward.nfe`` and
+    ``s.forward.steps`` hold what the forward solve did, after a gradient ``s.backward`` holds the
+    adjoint solves (their NFE counts evaluations of the augmented dynamics: one f and one VJP
+    each). Direct-backprop methods (rk4, dopri5) have no backward solve. ``s.reset()`` zeroes it.
+    """
+
+    forward: Counts = dataclasses.field(default_factory=Counts)
+    backward: Counts = dataclasses.field(default_factory=Counts)
+
+    def reset(self):
+        self.forward, self.backward = Counts(), Counts()
+
+
+def odeint(func, y0, t, args=(), *, rtol=DEFAULT_TOL, atol=DEFAULT_TOL, method="lsoda",
+           max_steps=10_000, step_size=None, jacobian=None, adjoint_method=None,
+           adjoint_rtol=None, adjoint_atol=None, adjoint_seminorm=False, checkpoints=None,
+           stats=None):
+    """Solve dy/dt = func(y, t, *args) from y(t[0]) = y0; differentiable with autograd.
+
+    func(y, t, *args) returns dy/dt with y's shape. y0 has any shape; t is 1-D, at least two
+    strictly increasing or strictly decreasing times. Returns an array (len(t),) + y0.shape whose
+    first row is y0. Gradients (any order) flow to y0, every entry of t and every float array in
+    `args` (a tuple; its entries may be arrays, scalars or nested lists/tuples/dicts of them).
+    Values that func needs gradients for must come through `args`, not a closure.
+
+    method: 'lsoda' (scipy.integrate.odeint; switches to BDF when stiff), 'adams' (VODE implicit
+    Adams with functional iteration: no Jacobian, the one for large states), 'bdf' (VODE BDF, for
+    stiff problems): gradients by the adjoint method (Algorithm 1). 'rk4' (fixed steps of at most
+    `step_size`, one per interval if None) and 'dopri5' (adaptive Dormand-Prince): gradients by
+    backprop through the solver's operations (the paper's RK-Net).
+    rtol, atol: error tolerances (scipy's defaults). max_steps: the most internal steps between
+    two output times. jacobian: for 'bdf'/'lsoda', 'dense' or 'diagonal' finite differences
+    (None: dense up to 1000 states, diagonal above, so that large states never get an n x n one).
+    adjoint_method, adjoint_rtol, adjoint_atol: the backward solves (default: the forward's).
+    adjoint_seminorm: leave the parameter-gradient integrals out of the backward error control.
+    checkpoints: an int k (k extra times evenly spaced between t[0] and t[-1]) or an array of
+    times at which the forward states are stored, so that the backward solve restarts z from
+    them (curbs the error of reconstructing z backwards, the paper's Section 6).
+    stats: a SolverStats that receives NFE and step counts.
+
+    Raises ValueError for bad arguments and ODESolverError when a solve fails; an exception
+    raised by func propagates unchanged.
+    """
+    if not callable(func):
+        raise ValueError(f"func must be callable, not {type(func).__name__}")
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+    y0 = _check_y0(y0)
+    t = _check_t(t)
+    _check_tolerances(rtol, atol, "rtol", "atol")
+    if not (isinstance(max_steps, (int, np.integer)) and max_steps > 0):
+        raise ValueError(f"max_steps must be a positive integer, not {max_steps!r}")
+    leaves, rebuild = _flatten(args)
+    user_func = _check_output(func, anp.shape(y0))
+
+    if method in DIRECT_METHODS:
+        if step_size is not None and not (np.isfinite(step_size) and step_size > 0):
+            raise ValueError(f"step_size must be a positive number, not {step_size!r}")
+        fun = lambda y, tt: user_func(y, tt, *args)  # noqa: E731 -- closures are fine here
+        if method == "rk4":
+            ys, nfe, steps = rk.rk4(fun, y0, t, step_size)
+        else:
+            ys, nfe, steps = rk.dopri5(fun, y0, t, rtol, atol, max_steps)
+        if stats is not None:
+            stats.forward.add(nfe, steps)
+        return ys
+
+    if step_size is not None:
+        raise ValueError(f"step_size applies to method='rk4' only, not {method!r}")
+    adjoint_method = method if adjoint_method is None else adjoint_method
+    if adjoint_method not in ADJOINT_METHODS:
+        raise ValueError(f"unknown adjoint_method {adjoint_method!r}; choose one of "
+                         f"{', '.join(ADJOINT_METHODS)}")
+    adjoint_rtol = rtol if adjoint_rtol is None else adjoint_rtol
+    adjoint_atol = atol if adjoint_atol is None else adjoint_atol
+    _check_tolerances(adjoint_rtol, adjoint_atol, "adjoint_rtol", "adjoint_atol")
+    backward = Options(adjoint_method, adjoint_rtol, adjoint_atol, max_steps, jacobian,
+                       stats.backward if stats is not None else None, seminorm=adjoint_seminorm)
+    opts = Options(method, rtol, atol, max_steps, jacobian,
+                   stats.forward if stats is not None else None, backward=backward)
+
+    diff = [i for i, leaf in enumerate(leaves) if _is_float(leaf)]
+
+    def flat_func(y, tt, *diff_leaves):
+        full = list(leaves)
+        for i, leaf in zip(diff, diff_leaves):
+            full[i] = leaf
+        return user_func(y, tt, *rebuild(full))
+
+    if hasattr(func, "value_and_vjp"):
+        flat_func.value_and_vjp = _fused(func, leaves, diff, rebuild)
+
+    if checkpoints is None:
+        return odeint_adjoint(y0, t, *[leaves[i] for i in diff], func=flat_func, opts=opts)
+    t_all, rows = _with_checkpoints(t, checkpoints)
+    ys = odeint_adjoint(y0, t_all, *[leaves[i] for i in diff], func=flat_func, opts=opts)
+    return ys[rows]
+
+
+def _check_y0(y0):
+    value = np.asarray(getval(y0))
+    if value.dtype == object or not np.issubdtype(value.dtype, np.number) \
+            or np.issubdtype(value.dtype, np.complexfloating):
+        raise ValueError(f"y0 must be an array of real numbers, not {value.dtype}")
+    if value.size == 0:
+        raise ValueError("y0 is empty")
+    if not np.all(np.isfinite(value)):
+        raise ValueError("y0 has non-finite entries (nan or inf)")
+    return y0 if isbox(y0) else value.astype(float)
+
+
+def _check_t(t):
+    value = np.asarray(getval(t))
+    if value.ndim != 1:
+        raise ValueError(f"t must be 1-D, not of shape {value.shape}")
+    if value.size < 2:
+        raise ValueError(f"t must hold at least two times (start and end), not {value.size}")
+    if not np.issubdtype(value.dtype, np.number) or np.issubdtype(value.dtype,
+                                                                   np.complexfloating):
+        raise ValueError(f"t must hold real numbers, not {value.dtype}")
+    if not np.all(np.isfinite(value)):
+        raise ValueError("t has non-finite entries (nan or inf)")
+    steps = np.diff(value.astype(float))
+    if np.any(steps == 0):
+        raise ValueError(f"t repeats a time ({value[1:][steps == 0][0]!r}); times must be "
+                         "strictly monotonic")
+    if not (np.all(steps > 0) or np.all(steps < 0)):
+        raise ValueError("t must be strictly increasing or strictly decreasing")
+    return t if isbox(t) else value.astype(float)
+
+
+def _check_tolerances(rtol, atol, rname, aname):
+    for name, tol in ((rname, rtol), (aname, atol)):
+        try:
+            value = float(tol) if np.ndim(tol) == 0 else None
+        except (TypeError, ValueError):
+            value = None
+        if value is None or not np.isfinite(value) or value < 0:
+            raise ValueError(f"{name} must be a finite non-negative number, not {tol!r}")
+    if rtol == 0 and atol == 0:
+        raise ValueError(f"{rname} and {aname} cannot both be zero")
+
+
+def _check_output(func, shape):
+    """func with a check that dy/dt comes back with y's shape."""
+
+    def checked(y, t, *args):
+        f = func(y, t, *args)
+        if not isbox(f):
+            f = np.asarray(f, dtype=float)
+        if anp.shape(f) != shape:
+            raise ValueError(f"func returned dy/dt of shape {anp.shape(f)}; it must have y's "
+                             f"shape {shape}")
+        return f
+
+    return checked
+
+
+def _is_float(leaf):
+    value = getval(leaf)
+    return isinstance(value, (float, np.floating, np.ndarray)) and \
+        np.issubdtype(np.asarray(value).dtype, np.floating)
+
+
+def _flatten(tree):
+    """Leaves of nested lists/tuples/dicts (autograd's boxed containers included), and the
+    function that rebuilds the same nesting around new leaves."""
+    if isinstance(tree, (list, tuple)) or isinstance(tree, SequenceBox):
+        parts = [_flatten(tree[i]) for i in range(len(tree))]
+        kind = list if isinstance(getval(tree), list) else tuple
+    elif isinstance(getval(tree), dict):
+        keys = list(getval(tree).keys())
+        parts = [_flatten(tree[k]) for k in keys]
+        kind = lambda values: dict(zip(keys, values))  # noqa: E731
+    else:
+        return [tree], lambda leaves: leaves[0]
+    counts = [len(leaves) for leaves, _ in parts]
+
+    def rebuild(leaves):
+        out, start = [], 0
+        for (_, sub), count in zip(parts, counts):
+            out.append(sub(leaves[start:start + count]))
+            start += count
+        return kind(out)
+
+    return [leaf for leaves, _ in parts for leaf in leaves], rebuild
+
+
+def _fused(func, leaves, diff, rebuild):
+    """func.value_and_vjp(g, y, t, *args) -> (f, g_y, g_t, g_args) mapped onto the float leaves."""
+
+    def value_and_vjp(g, y, t, *diff_leaves):
+        full = list(leaves)
+        for i, leaf in zip(diff, diff_leaves):
+            full[i] = leaf
+        f, g_y, g_t, g_args = func.value_and_vjp(g, y, t, *rebuild(full))
+        g_leaves, _ = _flatten(tuple(g_args))
+        return (f, g_y, g_t) + tuple(g_leaves[i] for i in diff)
+
+    return value_and_vjp
+
+
+def _with_checkpoints(t, checkpoints):
+    """The output times merged with checkpoint times, and the rows of the outputs in the merge."""
+    tv = getval(t)
+    if np.ndim(checkpoints) == 0:
+        if not (isinstance(checkpoints, (int, np.integer)) and checkpoints > 0):
+            raise ValueError(f"checkpoints must be a positive int or an array of times, not "
+                             f"{checkpoints!r}")
+        extra = np.linspace(tv[0], tv[-1], int(checkpoints) + 2)[1:-1]
+    else:
+        extra = np.asarray(checkpoints, dtype=float).ravel()
+        lo, hi = min(tv[0], tv[-1]), max(tv[0], tv[-1])
+        if not np.all(np.isfinite(extra)) or np.any((extra <= lo) | (extra >= hi)):
+            raise ValueError(f"checkpoint times must lie strictly inside [{lo}, {hi}]")
+    extra = np.setdiff1d(extra, tv)
+    order = np.argsort(np.concatenate([tv, extra]), kind="stable")
+    if tv[-1] < tv[0]:
+        order = order[::-1]
+    rows = np.argsort(order)[:len(tv)]
+    return anp.concatenate([t, extra])[order], rows

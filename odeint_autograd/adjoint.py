@@ -1,0 +1,152 @@
+"""Algorithm 1 of the paper, with the time gradients of its Appendix C, as an autograd primitive.
+
+Forward: one scipy solve through all output times (`_scipy.solve`). Backward (the VJP): the
+augmented state s = [z, a, a_theta, a_t] is solved backwards one output interval at a time,
+
+    dz/dt = f(z, t, theta)
+    da/dt = -a^T df/dz,    da_theta/dt = -a^T df/dtheta,    da_t/dt = -a^T df/dt,
+
+starting each interval from the stored forward state z(t_i) and with the adjoint a bumped by
+dL/dz(t_i). The output times get dL/dt_i = g_i^T f(z(t_i), t_i), and dL/dt_0 = a_t(t_0) when a_t
+starts at -dL/dt_N and drops by dL/dt_i at every other output time.
+
+The VJP is made of autograd operations, the backward solves being calls of this same primitive,
+so it can be differentiated again (Hessians, Hessian-vector products).
+"""
+import dataclasses
+
+import autograd.numpy as anp
+import numpy as np
+from autograd.extend import defvjp_argnums, primitive
+from autograd.tracer import isbox
+
+from ._scipy import solve
+from ._vjp import value_and_vjp
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """How one solve is done; `backward` is how its adjoint solves are done (None: the same)."""
+
+    method: str
+    rtol: float
+    atol: float
+    max_steps: int
+    jacobian: str = None
+    counter: object = None
+    backward: "Options" = None
+    seminorm: bool = False
+    controlled: int = None  # with seminorm: how many leading components the error control sees
+
+    def tolerances(self, size):
+        """Scalar tolerances, or per-component ones leaving out all but the first `controlled`."""
+        if not self.seminorm or self.controlled is None or self.controlled >= size:
+            return self.rtol, self.atol
+        # VODE's error norm is an RMS over all components: shrink the kept tolerances so that the
+        # norm equals the RMS over the kept ones alone. LSODA's is a max norm: nothing to adjust.
+        scale = 1.0 if self.method == "lsoda" else np.sqrt(self.controlled / size)
+        rtol, atol = np.zeros(size), np.full(size, np.inf)
+        rtol[:self.controlled] = self.rtol * scale
+        atol[:self.controlled] = self.atol * scale
+        return rtol, atol
+
+    def for_adjoint(self, controlled):
+        back = self.backward or self
+        return dataclasses.replace(back, backward=dataclasses.replace(back, seminorm=False),
+                                   controlled=controlled)
+
+
+@primitive
+def odeint_adjoint(y0, t, *args, func, opts):
+    """The states of dy/dt = func(y, t, *args) at every t: an array (len(t),) + y0.shape."""
+    shape = np.shape(y0)
+
+    def fun(y, tt):
+        f = func(y.reshape(shape), tt, *args)
+        if isbox(f):
+            raise ValueError(
+                "func returned a value that autograd is tracing: it closes over an array being "
+                "differentiated, which odeint cannot see and would silently give no gradient. "
+                "Pass every such array through args: odeint(func, y0, t, args=(theta, ...)).")
+        return np.ravel(f)
+
+    rtol, atol = opts.tolerances(np.size(y0))
+    ys, nfe, steps = solve(fun, np.ravel(y0).astype(float), np.asarray(t, dtype=float),
+                           opts.method, rtol, atol, opts.max_steps, opts.jacobian)
+    if opts.counter is not None:
+        opts.counter.add(nfe, steps)
+    ys = ys.reshape((len(t),) + shape)
+    ys[0] = y0
+    return ys
+
+
+def _augmented_dynamics(func, shape, want_t, want_args):
+    """The dynamics of s = [z, a, a_theta, a_t] (a_theta and a_t only when wanted)."""
+    n = int(np.prod(shape))
+    fused = getattr(func, "value_and_vjp", None)
+
+    def aug(s, t, *args):
+        if any(isbox(x) for x in (s, t) + args):
+            return _augmented_step(anp, s, t, args, value_and_vjp_fn)
+        return _augmented_step(np, s, t, args, fused or value_and_vjp_fn)  # plain numpy: faster
+
+    def value_and_vjp_fn(g, z, t, *args):
+        wrt = (0, 1) + tuple(range(2, 2 + len(args)) if want_args else ())
+        f, grads = value_and_vjp(func, (z, t) + args, wrt, g)
+        return (f, *grads)
+
+    def _augmented_step(xp, s, t, args, fvjp):
+        z, a = xp.reshape(s[:n], shape), xp.reshape(s[n:2 * n], shape)
+        f, g_z, g_t, *g_args = fvjp(-a, z, t, *args)
+        parts = [xp.ravel(f), xp.ravel(g_z)]
+        if want_args:
+            parts += [xp.ravel(g) for g in g_args]
+        if want_t:
+            parts.append(xp.reshape(g_t, (1,)))
+        return xp.concatenate(parts)
+
+    return aug
+
+
+def _odeint_vjp(argnums, ys, inputs, kwargs):
+    func, opts = kwargs["func"], kwargs["opts"]
+    y0, t, args = inputs[0], inputs[1], inputs[2:]
+    shape, n = anp.shape(y0), anp.size(y0)
+    want_t = 1 in argnums
+    want_args = any(i >= 2 for i in argnums)
+    sizes = [anp.size(x) for x in args] if want_args else []
+    aug = _augmented_dynamics(func, shape, want_t, want_args)
+    back_opts = opts.for_adjoint(controlled=2 * n)
+
+    def vjp(g):
+        a = anp.ravel(g[-1])
+        a_theta = anp.zeros(sum(sizes))
+        a_t = 0.0
+        dL_dt = [None] * len(t)
+        for i in range(len(t) - 1, 0, -1):
+            if want_t:
+                dL_dt[i] = anp.sum(func(ys[i], t[i], *args) * g[i])
+                a_t = a_t - dL_dt[i]
+            s = anp.concatenate([anp.ravel(ys[i]), a]
+                                + ([a_theta] if want_args else [])
+                                + ([anp.reshape(a_t, (1,))] if want_t else []))
+            s = odeint_adjoint(s, anp.stack([t[i], t[i - 1]]), *args, func=aug, opts=back_opts)[1]
+            a = s[n:2 * n] + anp.ravel(g[i - 1])
+            if want_args:
+                a_theta = s[2 * n:2 * n + sum(sizes)]
+            if want_t:
+                a_t = s[-1]
+        grads = {0: anp.reshape(a, shape)}
+        if want_t:
+            dL_dt[0] = a_t
+            grads[1] = anp.stack([anp.reshape(d, ()) for d in dL_dt])
+        offset = 0
+        for k, size in enumerate(sizes):
+            grads[2 + k] = anp.reshape(a_theta[offset:offset + size], anp.shape(args[k]))
+            offset += size
+        return tuple(grads[i] for i in argnums)
+
+    return vjp
+
+
+defvjp_argnums(odeint_adjoint, _odeint_vjp)

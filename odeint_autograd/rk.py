@@ -1,0 +1,122 @@
+"""Runge-Kutta solvers written in autograd operations: the paper's RK-Net (direct backprop).
+
+Autograd records every stage of every step, so gradients are exact for the discretisation and
+memory grows with the number of steps (unlike the adjoint). Step sizes are chosen from values
+only (not differentiated), and the last step of each interval lands exactly on the output time,
+so gradients with respect to the output times are those of the discrete solution.
+"""
+import autograd.numpy as anp
+import numpy as np
+from autograd.tracer import getval
+
+from ._scipy import ODESolverError
+
+# Dormand-Prince 5(4): nodes, stage coefficients, 5th-order weights and (5th - 4th) error weights.
+_C = [0.0, 1 / 5, 3 / 10, 4 / 5, 8 / 9, 1.0]
+_A = [[],
+      [1 / 5],
+      [3 / 40, 9 / 40],
+      [44 / 45, -56 / 15, 32 / 9],
+      [19372 / 6561, -25360 / 2187, 64448 / 6561, -212 / 729],
+      [9017 / 3168, -355 / 33, 46732 / 5247, 49 / 176, -5103 / 18656]]
+_B = [35 / 384, 0.0, 500 / 1113, 125 / 192, -2187 / 6784, 11 / 84]
+_E = [35 / 384 - 5179 / 57600, 0.0, 500 / 1113 - 7571 / 16695, 125 / 192 - 393 / 640,
+      -2187 / 6784 + 92097 / 339200, 11 / 84 - 187 / 2100, -1 / 40]
+
+
+class _Counted:
+    """The dynamics, counted and checked for non-finite values."""
+
+    def __init__(self, fun, method):
+        self.fun, self.method, self.nfe = fun, method, 0
+
+    def __call__(self, y, t):
+        self.nfe += 1
+        f = self.fun(y, t)
+        if not np.all(np.isfinite(getval(f))):
+            raise ODESolverError("the dynamics returned non-finite values; the solution may blow "
+                                 "up before this time", t=float(getval(t)), method=self.method)
+        return f
+
+
+def rk4(fun, y0, t, step_size=None):
+    """Classical RK4; each interval is cut into ceil(|dt| / step_size) equal steps (1 if None).
+
+    Returns (ys, nfe, steps)."""
+    f = _Counted(fun, "rk4")
+    ys, y, steps = [y0], y0, 0
+    for i in range(1, len(t)):
+        span = t[i] - t[i - 1]
+        n = 1 if step_size is None else max(1, int(np.ceil(abs(getval(span)) / step_size - 1e-9)))
+        h = span / n
+        for j in range(n):
+            tj = t[i - 1] + j * h
+            k1 = f(y, tj)
+            k2 = f(y + h / 2 * k1, tj + h / 2)
+            k3 = f(y + h / 2 * k2, tj + h / 2)
+            k4 = f(y + h * k3, tj + h)
+            y = y + h / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+        steps += n
+        ys.append(y)
+    return anp.stack(ys), f.nfe, steps
+
+
+def _rms(x):
+    return float(np.sqrt(np.mean(np.square(x)))) if np.size(x) else 0.0
+
+
+def _initial_step(f, y0, f0, t0, direction, rtol, atol):
+    """Hairer, Norsett and Wanner's starting step for an order-5 method (one extra evaluation)."""
+    y0v, f0v = getval(y0), getval(f0)
+    scale = atol + rtol * np.abs(y0v)
+    d0, d1 = _rms(y0v / scale), _rms(f0v / scale)
+    h0 = 1e-6 if d0 < 1e-5 or d1 < 1e-5 else 0.01 * d0 / d1
+    f1 = getval(f(y0v + direction * h0 * f0v, getval(t0) + direction * h0))
+    d2 = _rms((f1 - f0v) / scale) / h0
+    h1 = max(1e-6, h0 * 1e-3) if max(d1, d2) <= 1e-15 else (0.01 / max(d1, d2)) ** 0.2
+    return min(100 * h0, h1)
+
+
+def dopri5(fun, y0, t, rtol, atol, max_steps):
+    """Adaptive Dormand-Prince 5(4) with an RMS error norm; returns (ys, nfe, steps)."""
+    f = _Counted(fun, "dopri5")
+    direction = 1.0 if getval(t[-1]) > getval(t[0]) else -1.0
+    y, tc = y0, t[0]
+    k1 = f(y, tc)
+    h = _initial_step(f, y, k1, tc, direction, rtol, atol)
+    ys, steps = [y0], 0
+    for i in range(1, len(t)):
+        interval_steps = 0
+        while direction * (getval(t[i]) - getval(tc)) > 0:
+            if interval_steps >= max_steps:
+                raise ODESolverError(f"too many steps: more than max_steps={max_steps} steps "
+                                     "between two output times", t=float(getval(tc)),
+                                     method="dopri5")
+            remaining = abs(getval(t[i]) - getval(tc))
+            last = h >= remaining * (1 - 1e-12)
+            step = (t[i] - tc) if last else direction * h  # land exactly on the output time
+            if abs(getval(step)) <= 16 * np.finfo(float).eps * max(abs(getval(tc)), 1e-300):
+                raise ODESolverError("step size underflow: the solution may blow up here",
+                                     t=float(getval(tc)), method="dopri5")
+            ks = [k1]
+            for c, a in zip(_C[1:], _A[1:]):
+                ks.append(f(y + step * sum(aj * kj for aj, kj in zip(a, ks)), tc + c * step))
+            y_new = y + step * sum(b * k for b, k in zip(_B, ks) if b)
+            k7 = f(y_new, tc + step)
+            err = getval(step) * sum(e * getval(k) for e, k in zip(_E, ks + [k7]) if e)
+            scale = atol + rtol * np.maximum(np.abs(getval(y)), np.abs(getval(y_new)))
+            err_norm = _rms(err / scale)
+            if err_norm <= 1.0:
+                y, tc, k1 = y_new, (t[i] if last else tc + step), k7
+                interval_steps += 1
+                factor = 10.0 if err_norm == 0 else min(10.0, 0.9 * err_norm ** -0.2)
+                # a step cut short to land on t[i] says nothing against the step size h
+                if abs(getval(step)) >= h * (1 - 1e-12):
+                    h = h * max(0.2, factor)
+            elif np.isfinite(err_norm):
+                h = abs(getval(step)) * max(0.2, 0.9 * err_norm ** -0.2)
+            else:
+                h = abs(getval(step)) * 0.2
+        steps += interval_steps
+        ys.append(y)
+    return anp.stack(ys), f.nfe, steps

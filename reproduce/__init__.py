@@ -1,0 +1,1 @@
+"""The paper's experiments: `python -m reproduce list` names them."""

@@ -1,0 +1,223 @@
+"""What every experiment shares: its command line, where it writes, checkpoints, optimisers with
+savable state, progress bars and the results file.
+
+An experiment module looks like:
+
+    def main(argv=None):
+        run = Run("spirals", argv, extra_args=lambda p: p.add_argument("--n-obs", ...))
+        ckpt = run.checkpoint("latent_ode")          # resumes when --resume and a file exists
+        state = ckpt.load() or fresh_state(run.rng)
+        for it in run.progress(range(state["step"], n_iters), desc="latent ODE"):
+            ...
+            run.set_postfix(loss=..., nfe_f=..., nfe_b=...)
+            if it % 100 == 0: ckpt.save(state)
+        run.save_results({...measured...}, choices={...reproduction choices...})
+"""
+import argparse
+import datetime
+import json
+import os
+import pickle
+import platform
+import shlex
+import sys
+import time
+
+import numpy as np
+from autograd.misc import flatten
+
+MODES = ("smoke", "quick", "full")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class Run:
+    """One run of one experiment: mode, seed, output folder, checkpoints, timing, results."""
+
+    def __init__(self, name, argv=None, extra_args=None, description=None):
+        parser = argparse.ArgumentParser(prog=f"python -m reproduce {name}",
+                                         description=description)
+        mode = parser.add_mutually_exclusive_group()
+        mode.add_argument("--smoke", dest="mode", action="store_const", const="smoke",
+                          help="seconds: tiny settings, for the tests")
+        mode.add_argument("--quick", dest="mode", action="store_const", const="quick",
+                          help="minutes on a 2-core CPU (default)")
+        mode.add_argument("--full", dest="mode", action="store_const", const="full",
+                          help="the paper's protocol")
+        parser.add_argument("--seed", type=int, default=0)
+        parser.add_argument("--resume", action="store_true",
+                            help="continue from this mode's checkpoints where they exist")
+        parser.add_argument("--out", default=None,
+                            help=f"output folder (default figures/{name}, or "
+                                 f"figures/{name}/<mode> for smoke runs)")
+        parser.add_argument("--checkpoint-dir", default=None,
+                            help=f"default checkpoints/{name}/<mode>")
+        if extra_args is not None:
+            extra_args(parser)
+        self.args = parser.parse_args([] if argv is None else list(argv))
+        self.argv = [] if argv is None else list(argv)
+        self.name = name
+        self.mode = self.args.mode or "quick"
+        self.seed = self.args.seed
+        self.rng = np.random.RandomState(self.seed)
+        default_out = os.path.join(ROOT, "figures", name)
+        if self.mode == "smoke":  # never overwrite the committed quick/full results
+            default_out = os.path.join(default_out, "smoke")
+        self.out_dir = self.args.out or default_out
+        self.ckpt_dir = self.args.checkpoint_dir or os.path.join(ROOT, "checkpoints", name,
+                                                                 self.mode)
+        os.makedirs(self.out_dir, exist_ok=True)
+        self.started = time.time()
+        self._bar = None
+
+    @property
+    def command(self):
+        return "python -m reproduce " + " ".join(shlex.quote(a) for a in [self.name] + self.argv)
+
+    def pick(self, smoke, quick, full):
+        """The setting for this run's mode."""
+        return {"smoke": smoke, "quick": quick, "full": full}[self.mode]
+
+    def path(self, filename):
+        return os.path.join(self.out_dir, filename)
+
+    def checkpoint(self, key):
+        return Checkpoint(os.path.join(self.ckpt_dir, f"{key}.pkl"), enabled=self.args.resume)
+
+    def progress(self, iterable, desc, total=None):
+        """A tqdm bar (loss and NFE go in with set_postfix); a plain iterator without tqdm."""
+        try:
+            from tqdm.auto import tqdm
+        except ImportError:
+            self._bar = None
+            return iterable
+        self._bar = tqdm(iterable, desc=f"{self.name}: {desc}", total=total, mininterval=1.0,
+                         dynamic_ncols=True, file=sys.stderr)
+        return self._bar
+
+    def set_postfix(self, **values):
+        if self._bar is not None:
+            self._bar.set_postfix({k: (f"{v:.4g}" if isinstance(v, float) else v)
+                                   for k, v in values.items()}, refresh=False)
+
+    def save_results(self, results, choices=None, filename="results.json"):
+        """Write results.json: the measured numbers with how, when and where they were made."""
+        record = {
+            "experiment": self.name,
+            "mode": self.mode,
+            "command": self.command,
+            "seed": self.seed,
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "duration_s": round(time.time() - self.started, 1),
+            "machine": machine(),
+            "choices": choices or {},
+            "results": results,
+        }
+        with open(self.path(filename), "w") as f:
+            json.dump(_jsonable(record), f, indent=2, sort_keys=False)
+            f.write("\n")
+        return record
+
+
+class Checkpoint:
+    """A pickled state dict written atomically; `load` returns None unless resuming."""
+
+    def __init__(self, path, enabled=True):
+        self.path, self.enabled = path, enabled
+
+    def load(self):
+        if not (self.enabled and os.path.exists(self.path)):
+            return None
+        with open(self.path, "rb") as f:
+            return pickle.load(f)
+
+    def save(self, state):
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        tmp = self.path + ".tmp"
+        with open(tmp, "wb") as f:
+            pickle.dump(state, f, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, self.path)
+
+
+class Optimizer:
+    """Base of the optimisers below: a pytree of parameters in and out, and a savable state."""
+
+    def __init__(self, lr):
+        self.lr, self.state = lr, {"step": 0}
+
+    def step(self, params, grads, lr=None):
+        x, unflatten = flatten(params)
+        g, _ = flatten(grads)
+        self.state["step"] += 1
+        return unflatten(x - self._update(g, self.lr if lr is None else lr))
+
+    def state_dict(self):
+        return {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in self.state.items()}
+
+    def load_state_dict(self, state):
+        self.state = dict(state)
+
+
+class SGD(Optimizer):
+    """SGD with (heavy-ball) momentum, as in the paper's MNIST training."""
+
+    def __init__(self, lr, momentum=0.9):
+        super().__init__(lr)
+        self.momentum = momentum
+
+    def _update(self, g, lr):
+        v = self.state.get("velocity", np.zeros_like(g))
+        self.state["velocity"] = v = self.momentum * v + g
+        return lr * v
+
+
+class Adam(Optimizer):
+    def __init__(self, lr, b1=0.9, b2=0.999, eps=1e-8):
+        super().__init__(lr)
+        self.b1, self.b2, self.eps = b1, b2, eps
+
+    def _update(self, g, lr):
+        s = self.state
+        m = s["m"] = self.b1 * s.get("m", np.zeros_like(g)) + (1 - self.b1) * g
+        v = s["v"] = self.b2 * s.get("v", np.zeros_like(g)) + (1 - self.b2) * g ** 2
+        mhat = m / (1 - self.b1 ** s["step"])
+        vhat = v / (1 - self.b2 ** s["step"])
+        return lr * mhat / (np.sqrt(vhat) + self.eps)
+
+
+class RMSprop(Optimizer):
+    def __init__(self, lr, gamma=0.9, eps=1e-8):
+        super().__init__(lr)
+        self.gamma, self.eps = gamma, eps
+
+    def _update(self, g, lr):
+        avg = self.state["avg_sq"] = (self.gamma * self.state.get("avg_sq", np.zeros_like(g))
+                                      + (1 - self.gamma) * g ** 2)
+        return lr * g / (np.sqrt(avg) + self.eps)
+
+
+def machine():
+    """What the numbers were measured on."""
+    info = {"platform": platform.platform(), "python": platform.python_version(),
+            "cpus": os.cpu_count(), "processor": platform.processor() or platform.machine()}
+    for module in ("numpy", "scipy", "autograd", "tensorflow"):
+        mod = sys.modules.get(module)
+        if mod is not None:
+            info[module] = getattr(mod, "__version__", "?")
+    tf = sys.modules.get("tensorflow")
+    if tf is not None:
+        info["gpus"] = [d.name for d in tf.config.list_physical_devices("GPU")]
+    return info
+
+
+def _jsonable(x):
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, np.ndarray):
+        return _jsonable(x.tolist())
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, float) and not np.isfinite(x):
+        return None
+    return x
