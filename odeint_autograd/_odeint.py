@@ -93,10 +93,11 @@ def odeint(func, y0, t, args=(), *, rtol=DEFAULT_TOL, atol=DEFAULT_TOL, method="
         if step_size is not None and not (np.isfinite(step_size) and step_size > 0):
             raise ValueError(f"step_size must be a positive number, not {step_size!r}")
         fun = lambda y, tt: user_func(y, tt, *args)  # noqa: E731 -- closures are fine here
-        if method == "rk4":
-            ys, nfe, steps = rk.rk4(fun, y0, t, step_size)
-        else:
-            ys, nfe, steps = rk.dopri5(fun, y0, t, rtol, atol, max_steps)
+        with np.errstate(all="ignore"):  # non-finite values raise ODESolverError instead
+            if method == "rk4":
+                ys, nfe, steps = rk.rk4(fun, y0, t, step_size)
+            else:
+                ys, nfe, steps = rk.dopri5(fun, y0, t, rtol, atol, max_steps)
         if stats is not None:
             stats.forward.add(nfe, steps)
         return ys

@@ -115,7 +115,8 @@ def solve(fun, y0, t, method, rtol, atol, max_steps, jacobian=None):
     y0's size. Raises ODESolverError when the solver fails, and re-raises whatever `fun` raised.
     """
     guarded = _Guarded(fun, y0.size)
-    with _exclusive(method), warnings.catch_warnings():
+    # Overflow and nan in the dynamics are reported by _Guarded as an error, not a numpy warning.
+    with _exclusive(method), warnings.catch_warnings(), np.errstate(all="ignore"):
         # scipy reports failures as warnings; they become exceptions below.
         warnings.filterwarnings("ignore", message="vode:")
         warnings.filterwarnings("ignore", category=ODEintWarning)

@@ -39,15 +39,12 @@ class Options:
     controlled: int = None  # with seminorm: how many leading components the error control sees
 
     def tolerances(self, size):
-        """Scalar tolerances, or per-component ones leaving out all but the first `controlled`."""
+        """Scalar tolerances, or per-component ones that drop all but the first `controlled`
+        components from the solver's error norm (the other terms of the norm are unchanged)."""
         if not self.seminorm or self.controlled is None or self.controlled >= size:
             return self.rtol, self.atol
-        # VODE's error norm is an RMS over all components: shrink the kept tolerances so that the
-        # norm equals the RMS over the kept ones alone. LSODA's is a max norm: nothing to adjust.
-        scale = 1.0 if self.method == "lsoda" else np.sqrt(self.controlled / size)
         rtol, atol = np.zeros(size), np.full(size, np.inf)
-        rtol[:self.controlled] = self.rtol * scale
-        atol[:self.controlled] = self.atol * scale
+        rtol[:self.controlled], atol[:self.controlled] = self.rtol, self.atol
         return rtol, atol
 
     def for_adjoint(self, controlled):

@@ -1,0 +1,180 @@
+"""Bad input gets a ValueError naming the problem; a failed solve an ODESolverError with the time
+reached; never a warning and a garbage array."""
+import warnings
+
+import autograd.numpy as anp
+import numpy as np
+import pytest
+from autograd import grad
+
+from odeint_autograd import METHODS, ODESolverError, odeint
+
+decay = lambda y, t: -y  # noqa: E731
+Y0 = np.array([1.0, 2.0])
+
+
+@pytest.fixture(autouse=True)
+def no_warnings():
+    """Everything in this file must raise, not warn."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        yield
+
+
+@pytest.mark.parametrize("t, match", [
+    ([0.0, 1.0, 0.5], "strictly increasing or strictly decreasing"),
+    ([0.0, 1.0, 1.0, 2.0], "repeats a time"),
+    ([0.0, np.nan, 1.0], "non-finite"),
+    ([0.0, np.inf], "non-finite"),
+    ([0.0], "at least two times"),
+    ([], "at least two times"),
+    (0.5, "1-D"),
+    ([[0.0, 1.0]], "1-D"),
+    (["a", "b"], "real numbers"),
+])
+def test_bad_times(t, match):
+    with pytest.raises(ValueError, match=match):
+        odeint(decay, Y0, t)
+
+
+@pytest.mark.parametrize("y0, match", [
+    (np.array([1.0, np.nan]), "non-finite"),
+    (np.array([np.inf]), "non-finite"),
+    (np.array([]), "empty"),
+    (np.array([1 + 1j]), "real numbers"),
+    (["x"], "real numbers"),
+])
+def test_bad_initial_state(y0, match):
+    with pytest.raises(ValueError, match=match):
+        odeint(decay, y0, [0.0, 1.0])
+
+
+@pytest.mark.parametrize("options, match", [
+    (dict(rtol=-1e-3), "rtol"),
+    (dict(atol=np.nan), "atol"),
+    (dict(atol=np.inf), "atol"),
+    (dict(rtol=0.0, atol=0.0), "both be zero"),
+    (dict(rtol="tight"), "rtol"),
+    (dict(rtol=[1e-3, 1e-3]), "rtol"),
+    (dict(adjoint_atol=-1.0), "adjoint_atol"),
+    (dict(method="euler"), "unknown method"),
+    (dict(method="LSODA "), "unknown method"),
+    (dict(adjoint_method="rk4"), "unknown adjoint_method"),
+    (dict(max_steps=0), "max_steps"),
+    (dict(max_steps=2.5), "max_steps"),
+    (dict(method="rk4", step_size=-0.1), "step_size"),
+    (dict(method="adams", step_size=0.1), "step_size"),
+    (dict(checkpoints=0), "checkpoints"),
+    (dict(checkpoints=[0.5, 3.0]), "checkpoint times"),
+    (dict(method="bdf", jacobian="sparse"), "jacobian"),
+])
+def test_bad_options(options, match):
+    with pytest.raises(ValueError, match=match):
+        odeint(decay, Y0, [0.0, 1.0, 2.0], **options)
+
+
+def test_func_must_be_callable():
+    with pytest.raises(ValueError, match="callable"):
+        odeint("not a function", Y0, [0.0, 1.0])
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_func_returning_the_wrong_shape(method):
+    with pytest.raises(ValueError, match=r"shape \(3,\).*y's shape \(2,\)"):
+        odeint(lambda y, t: np.ones(3), Y0, [0.0, 1.0], method=method)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_finite_time_blowup_is_an_error_with_the_time_reached(method):
+    """y' = y^2, y(0) = 1 has y = 1 / (1 - t): it blows up at t = 1."""
+    with pytest.raises(ODESolverError) as info:
+        odeint(lambda y, t: y ** 2, np.array([1.0]), [0.0, 2.0], method=method,
+               step_size=1e-3 if method == "rk4" else None)
+    assert isinstance(info.value, RuntimeError)
+    assert 0.9 < info.value.t < 1.01
+    assert f"t = {info.value.t!r}" in str(info.value) and method in str(info.value)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_non_finite_dynamics_are_an_error(method):
+    def f(y, t):
+        return -y if t < 0.5 else y * np.nan
+
+    with pytest.raises(ODESolverError, match="non-finite") as info:
+        odeint(f, Y0, [0.0, 1.0], method=method, step_size=0.1 if method == "rk4" else None)
+    assert info.value.t >= 0.5
+
+
+@pytest.mark.parametrize("method", ["lsoda", "adams", "bdf", "dopri5"])
+def test_too_many_steps_is_an_error(method):
+    with pytest.raises(ODESolverError, match="max_steps=5") as info:
+        odeint(lambda y, t: np.cos(50 * t) * y, Y0, [0.0, 10.0], method=method, max_steps=5)
+    assert 0.0 <= info.value.t < 10.0
+
+
+@pytest.mark.parametrize("method", ["lsoda", "adams", "bdf"])
+def test_impossible_accuracy_is_an_error(method):
+    with pytest.raises(ODESolverError):
+        odeint(lambda y, t: np.cos(t) * y, np.array([1e10]), [0.0, 1.0], method=method,
+               rtol=1e-30, atol=1e-30)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_exceptions_from_func_propagate_unchanged(method):
+    class Boom(Exception):
+        pass
+
+    raised = Boom("from inside the dynamics")
+
+    def f(y, t):
+        if t > 0.3:
+            raise raised
+        return -y
+
+    with pytest.raises(Boom) as info:
+        odeint(f, Y0, [0.0, 1.0], method=method, step_size=0.1 if method == "rk4" else None)
+    assert info.value is raised
+
+
+def test_exceptions_from_func_in_the_backward_solve_propagate():
+    calls = []
+
+    def f(y, t, k):
+        calls.append(1)
+        if len(calls) > 40:
+            raise KeyError("late")
+        return -k * y
+
+    with pytest.raises(KeyError, match="late"):
+        grad(lambda k: anp.sum(odeint(f, Y0, [0.0, 1.0], (k,))))(0.5)
+
+
+def test_closing_over_a_traced_value_is_an_error_naming_args():
+    def loss(theta):
+        return anp.sum(odeint(lambda y, t: -theta * y, Y0, [0.0, 1.0]))
+
+    with pytest.raises(ValueError, match="args"):
+        grad(loss)(0.5)
+    # the same through args works
+    g = grad(lambda th: anp.sum(odeint(lambda y, t, th: -th * y, Y0, [0.0, 1.0], (th,))))(0.5)
+    np.testing.assert_allclose(g, -np.sum(Y0) * np.exp(-0.5), rtol=1e-6)
+
+
+@pytest.mark.parametrize("inner", ["lsoda", "adams", "bdf"])
+def test_nested_scipy_solves_are_refused_and_leave_the_outer_state_intact(inner):
+    def f(y, t):
+        return -odeint(decay, np.ones(1), [0.0, 1.0], method=inner)[-1] * y
+
+    with pytest.raises(ODESolverError, match="cannot be nested.*dopri5"):
+        odeint(f, Y0, [0.0, 1.0], method="adams")
+    # a later solve is unaffected
+    np.testing.assert_allclose(odeint(decay, Y0, [0.0, 1.0])[-1], Y0 * np.exp(-1), rtol=1e-7)
+
+
+def test_nested_solve_with_a_python_solver_works():
+    def f(y, t):
+        return -odeint(decay, np.ones(1), [0.0, 1.0], method="dopri5", rtol=1e-10,
+                       atol=1e-10)[-1] * y
+
+    ys = odeint(f, Y0, [0.0, 1.0], rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(ys[-1], Y0 * np.exp(-np.exp(-1)), rtol=1e-8)
