@@ -81,33 +81,33 @@ def odeint(func, y0, t, args=(), *, rtol=DEFAULT_TOL, atol=DEFAULT_TOL, method="
         raise ValueError(f"func must be callable, not {type(func).__name__}")
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
-    y0 = _check_y0(y0)
-    t = _check_t(t)
+    y0, t = _check_y0(y0), _check_t(t)
     _check_tolerances(rtol, atol, "rtol", "atol")
     if not (isinstance(max_steps, (int, np.integer)) and max_steps > 0):
         raise ValueError(f"max_steps must be a positive integer, not {max_steps!r}")
-    leaves, rebuild = _flatten(args)
-    user_func = _check_output(func, anp.shape(y0))
+    if step_size is not None and method != "rk4":
+        raise ValueError(f"step_size applies to method='rk4' only, not {method!r}")
+    if step_size is not None and not (np.ndim(step_size) == 0 and np.isfinite(step_size)
+                                      and step_size > 0):
+        raise ValueError(f"step_size must be a positive number, not {step_size!r}")
+    func = _check_output(func, anp.shape(y0))
 
     if method in DIRECT_METHODS:
-        if step_size is not None and not (np.isfinite(step_size) and step_size > 0):
-            raise ValueError(f"step_size must be a positive number, not {step_size!r}")
-        fun = lambda y, tt: user_func(y, tt, *args)  # noqa: E731 -- closures are fine here
-        with np.errstate(all="ignore"):  # non-finite values raise ODESolverError instead
-            if method == "rk4":
-                ys, nfe, steps = rk.rk4(fun, y0, t, step_size)
-            else:
-                ys, nfe, steps = rk.dopri5(fun, y0, t, rtol, atol, max_steps)
-        if stats is not None:
-            stats.forward.add(nfe, steps)
-        return ys
+        adjoint_only = dict(adjoint_method=adjoint_method, adjoint_rtol=adjoint_rtol,
+                            adjoint_atol=adjoint_atol, checkpoints=checkpoints,
+                            jacobian=jacobian, adjoint_seminorm=adjoint_seminorm or None)
+        for name, value in adjoint_only.items():
+            if value is not None:
+                raise ValueError(f"{name} applies to the adjoint methods {ADJOINT_METHODS}; "
+                                 f"method={method!r} backpropagates through its own steps")
+        return _solve_direct(func, y0, t, args, method, rtol, atol, max_steps, step_size, stats)
 
-    if step_size is not None:
-        raise ValueError(f"step_size applies to method='rk4' only, not {method!r}")
     adjoint_method = method if adjoint_method is None else adjoint_method
     if adjoint_method not in ADJOINT_METHODS:
         raise ValueError(f"unknown adjoint_method {adjoint_method!r}; choose one of "
                          f"{', '.join(ADJOINT_METHODS)}")
+    if jacobian is not None and {method, adjoint_method} <= {"adams"}:
+        raise ValueError("jacobian applies to 'bdf' and 'lsoda'; 'adams' uses no Jacobian")
     adjoint_rtol = rtol if adjoint_rtol is None else adjoint_rtol
     adjoint_atol = atol if adjoint_atol is None else adjoint_atol
     _check_tolerances(adjoint_rtol, adjoint_atol, "adjoint_rtol", "adjoint_atol")
@@ -115,23 +115,50 @@ def odeint(func, y0, t, args=(), *, rtol=DEFAULT_TOL, atol=DEFAULT_TOL, method="
                        stats.backward if stats is not None else None, seminorm=adjoint_seminorm)
     opts = Options(method, rtol, atol, max_steps, jacobian,
                    stats.forward if stats is not None else None, backward=backward)
-
-    diff = [i for i, leaf in enumerate(leaves) if _is_float(leaf)]
-
-    def flat_func(y, tt, *diff_leaves):
-        full = list(leaves)
-        for i, leaf in zip(diff, diff_leaves):
-            full[i] = leaf
-        return user_func(y, tt, *rebuild(full))
-
-    if hasattr(func, "value_and_vjp"):
-        flat_func.value_and_vjp = _fused(func, leaves, diff, rebuild)
-
     if checkpoints is None:
-        return odeint_adjoint(y0, t, *[leaves[i] for i in diff], func=flat_func, opts=opts)
+        return _solve_adjoint(func, y0, t, args, opts)
     t_all, rows = _with_checkpoints(t, checkpoints)
-    ys = odeint_adjoint(y0, t_all, *[leaves[i] for i in diff], func=flat_func, opts=opts)
-    return ys[rows]
+    return _solve_adjoint(func, y0, t_all, args, opts)[rows]
+
+
+def _solve_direct(func, y0, t, args, method, rtol, atol, max_steps, step_size, stats):
+    """RK-Net: autograd records the solver's own operations (closures over traced values are
+    fine here)."""
+    fun = lambda y, tt: func(y, tt, *args)  # noqa: E731
+    with np.errstate(all="ignore"):  # non-finite values raise ODESolverError instead
+        if method == "rk4":
+            ys, nfe, steps = rk.rk4(fun, y0, t, step_size)
+        else:
+            ys, nfe, steps = rk.dopri5(fun, y0, t, rtol, atol, max_steps)
+    if stats is not None:
+        stats.forward.add(nfe, steps)
+    return ys
+
+
+def _solve_adjoint(func, y0, t, args, opts):
+    """The adjoint primitive sees args as a flat list of float arrays (its differentiable
+    inputs); everything else in args (ints, strings, ...) stays inside the wrapped func."""
+    leaves, rebuild = _flatten(args)
+    floats = [i for i, leaf in enumerate(leaves) if _is_float(leaf)]
+
+    def with_floats(values):
+        full = list(leaves)
+        for i, value in zip(floats, values):
+            full[i] = value
+        return rebuild(full)
+
+    def flat_func(y, tt, *values):
+        return func(y, tt, *with_floats(values))
+
+    fused = getattr(func, "value_and_vjp", None)
+    if fused is not None:
+        def value_and_vjp(g, y, tt, *values):
+            f, g_y, g_t, g_args = fused(g, y, tt, *with_floats(values))
+            g_leaves, _ = _flatten(tuple(g_args))
+            return (f, g_y, g_t) + tuple(g_leaves[i] for i in floats)
+        flat_func.value_and_vjp = value_and_vjp
+
+    return odeint_adjoint(y0, t, *[leaves[i] for i in floats], func=flat_func, opts=opts)
 
 
 def _check_y0(y0):
@@ -190,6 +217,8 @@ def _check_output(func, shape):
                              f"shape {shape}")
         return f
 
+    if hasattr(func, "value_and_vjp"):
+        checked.value_and_vjp = func.value_and_vjp
     return checked
 
 
@@ -221,20 +250,6 @@ def _flatten(tree):
         return kind(out)
 
     return [leaf for leaves, _ in parts for leaf in leaves], rebuild
-
-
-def _fused(func, leaves, diff, rebuild):
-    """func.value_and_vjp(g, y, t, *args) -> (f, g_y, g_t, g_args) mapped onto the float leaves."""
-
-    def value_and_vjp(g, y, t, *diff_leaves):
-        full = list(leaves)
-        for i, leaf in zip(diff, diff_leaves):
-            full[i] = leaf
-        f, g_y, g_t, g_args = func.value_and_vjp(g, y, t, *rebuild(full))
-        g_leaves, _ = _flatten(tuple(g_args))
-        return (f, g_y, g_t) + tuple(g_leaves[i] for i in diff)
-
-    return value_and_vjp
 
 
 def _with_checkpoints(t, checkpoints):

@@ -67,6 +67,11 @@ def test_bad_initial_state(y0, match):
     (dict(checkpoints=0), "checkpoints"),
     (dict(checkpoints=[0.5, 3.0]), "checkpoint times"),
     (dict(method="bdf", jacobian="sparse"), "jacobian"),
+    (dict(method="adams", jacobian="dense"), "jacobian applies"),
+    (dict(method="dopri5", step_size=0.1), "step_size applies"),
+    (dict(method="rk4", adjoint_rtol=1e-3), "adjoint_rtol applies"),
+    (dict(method="dopri5", checkpoints=3), "checkpoints applies"),
+    (dict(method="dopri5", adjoint_seminorm=True), "adjoint_seminorm applies"),
 ])
 def test_bad_options(options, match):
     with pytest.raises(ValueError, match=match):

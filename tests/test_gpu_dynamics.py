@@ -1,0 +1,289 @@
+"""gpu_dynamics: TensorFlow-evaluated functions as autograd primitives, and the MNIST blocks."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import autograd
+from autograd.misc import flatten
+import autograd.numpy as anp
+import numpy as np
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+import gpu_dynamics  # noqa: E402
+from gpu_dynamics import layers, tf_primitive  # noqa: E402
+from odeint_autograd import SolverStats, odeint  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+f64 = tf.float64
+
+
+def rel_err(a, b):
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    return np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-300)
+
+
+# --- an MLP in TensorFlow and the same MLP in autograd numpy ----------------------------------
+def mlp_tf(y, t, w1, b1, w2):
+    return tf.tanh(y @ w1 + b1 + t) @ w2
+
+
+def mlp_np(y, t, w1, b1, w2):
+    return anp.tanh(anp.dot(y, w1) + b1 + t) @ w2
+
+
+def mlp_params(rng, d=3, hidden=8):
+    return [rng.randn(d, hidden) * 0.5, rng.randn(hidden) * 0.1, rng.randn(hidden, d) * 0.5]
+
+
+def test_mlp_odeint_values_and_gradients_match_autograd_numpy():
+    rng = np.random.RandomState(0)
+    y0, t, params = rng.randn(2, 3), np.array([0.0, 0.4, 1.0]), mlp_params(rng)
+    weights = rng.randn(3, 2, 3)
+    f_tf = tf_primitive(mlp_tf, dtype=f64)
+
+    def loss(func):
+        def fun(y0, t, params):
+            ys = odeint(func, y0, t, args=tuple(params), rtol=1e-10, atol=1e-10, method="adams")
+            return anp.sum(ys * weights) + anp.sum(ys[-1] ** 2)
+        return fun
+
+    ys_tf = odeint(f_tf, y0, t, args=tuple(params), rtol=1e-10, atol=1e-10, method="adams")
+    ys_np = odeint(mlp_np, y0, t, args=tuple(params), rtol=1e-10, atol=1e-10, method="adams")
+    assert rel_err(ys_tf, ys_np) < 1e-8
+    f_tf.stats.reset()
+    g_tf = autograd.grad(loss(f_tf), (0, 1, 2))(y0, t, params)
+    assert f_tf.stats.vjp_calls > 0  # the backward solves called TensorFlow's VJP
+    g_np = autograd.grad(loss(mlp_np), (0, 1, 2))(y0, t, params)
+    assert rel_err(g_tf[0], g_np[0]) < 1e-8
+    assert rel_err(g_tf[1], g_np[1]) < 1e-8
+    for a, b in zip(g_tf[2], g_np[2]):
+        assert rel_err(a, b) < 1e-8
+
+
+def test_fused_value_and_vjp_gives_the_plain_gradients():
+    rng = np.random.RandomState(1)
+    y0, t, params = rng.randn(2, 3), np.array([0.0, 0.5, 1.0]), mlp_params(rng)
+    f = tf_primitive(mlp_tf, dtype=f64)
+    plain = lambda y, t, *p: f(y, t, *p)  # noqa: E731 -- no value_and_vjp: autograd's VJP path
+
+    def grads(func, stats):
+        def fun(y0, t, params):
+            return anp.sum(odeint(func, y0, t, args=tuple(params), rtol=1e-8, atol=1e-8,
+                                  method="adams", stats=stats) ** 2)
+        return autograd.grad(fun, (0, 1, 2))(y0, t, params)
+
+    s_fused, s_plain = SolverStats(), SolverStats()
+    g_fused, g_plain = grads(f, s_fused), grads(plain, s_plain)
+    assert s_fused.backward.nfe == s_plain.backward.nfe > 0
+    for a, b in zip(flatten(g_fused)[0], flatten(g_plain)[0]):
+        assert rel_err(a, b) < 1e-12
+
+    # and the protocol itself: (f, g_y, g_t, g_args) with g_args matching args
+    g = rng.randn(2, 3)
+    value, g_y, g_t, g_args = f.value_and_vjp(g, y0, 0.3, *params)
+    _, vjp = autograd.make_vjp(lambda y, tt, *p: f(y, tt, *p), argnum=(0, 1, 2, 3, 4))(
+        y0, 0.3, *params)
+    expected = vjp(g)
+    assert np.allclose(value, mlp_np(y0, 0.3, *params), rtol=1e-13, atol=0)
+    assert isinstance(g_args, tuple) and len(g_args) == 3
+    for a, b in zip((g_y, g_t) + g_args, expected):
+        assert np.shape(a) == np.shape(b) and rel_err(a, b) < 1e-13
+
+
+def test_no_retrace_for_new_times_or_parameter_values():
+    rng = np.random.RandomState(2)
+    f = tf_primitive(mlp_tf)
+    y, params = rng.randn(4, 3), mlp_params(rng)
+    for i in range(100):
+        f(y, 0.01 * i, *[p + i for p in params])
+    assert f.traces == 1
+    for i in range(100):
+        f.value_and_vjp(y, y, np.float64(0.01 * i), *params)
+    assert f.traces == 2
+    f(rng.randn(5, 3), 0.5, *params)  # a new shape is a new signature: one more trace
+    assert f.traces == 3
+
+
+def test_parameters_are_uploaded_only_when_their_values_change():
+    rng = np.random.RandomState(3)
+    f = tf_primitive(mlp_tf, dtype=f64)
+    y, params = rng.randn(4, 3), mlp_params(rng)
+    f(y, 0.1, *params)
+    f(y, 0.2, *params)
+    f(y, 0.3, *[p.copy() for p in params])  # equal values in new arrays: nothing to copy
+    assert f.stats.uploads == 3
+    params[0] *= 2.0  # in place: must be noticed
+    assert np.allclose(f(y, 0.3, *params), mlp_np(y, 0.3, *params), rtol=1e-13, atol=0)
+    assert f.stats.uploads == 4
+
+
+# --- the MNIST blocks: VJPs against finite differences ----------------------------------------
+def fd_check(wrapped, arrays, rng, eps=1e-6, tol=1e-6):
+    """g^T J v by the VJP against central differences of g^T f along a random v, per argument."""
+    value = wrapped(*arrays)
+    g = rng.randn(*value.shape)
+    _, grads = wrapped.value_and_grads(g, *arrays)
+    for i, a in enumerate(arrays):
+        v = rng.randn(*np.shape(a))
+        shift = lambda s: [x + s * v if j == i else x for j, x in enumerate(arrays)]  # noqa
+        fd = (np.sum(g * wrapped(*shift(eps))) - np.sum(g * wrapped(*shift(-eps)))) / (2 * eps)
+        assert abs(np.sum(grads[i] * v) - fd) <= tol * max(1.0, abs(fd)), f"argument {i}"
+
+
+def test_ode_dynamics_vjps_match_finite_differences():
+    rng = np.random.RandomState(4)
+    f = tf_primitive(layers.ode_dynamics, dtype=f64)
+    params = layers.init_ode_dynamics(rng, channels=4)
+    params = [p + 0.1 * rng.randn(*p.shape) for p in params]  # GroupNorm off its initial values
+    fd_check(f, [rng.randn(2, 5, 5, 4), np.float64(0.7)] + params, rng)
+
+
+@pytest.mark.parametrize("block", ["downsample", "res_block", "head"])
+def test_block_vjps_match_finite_differences(block):
+    rng = np.random.RandomState(5)
+    c = 4
+    x, params = {
+        "downsample": (rng.rand(2, 12, 12, 1), layers.init_downsample(rng, channels=c)),
+        "res_block": (rng.randn(2, 4, 4, c), layers.init_res_block(rng, channels=c)),
+        "head": (rng.randn(2, 3, 3, c), layers.init_head(rng, channels=c, classes=3)),
+    }[block]
+    params = [p + 0.1 * rng.randn(*p.shape) for p in params]
+    fd_check(tf_primitive(getattr(layers, block), dtype=f64), [x] + params, rng)
+
+
+def test_conv_dynamics_gradient_through_odeint_matches_finite_differences():
+    rng = np.random.RandomState(6)
+    f = tf_primitive(layers.ode_dynamics, dtype=f64)
+    params = [p + 0.1 * rng.randn(*p.shape) for p in layers.init_ode_dynamics(rng, channels=4)]
+    y0, weights = rng.randn(2, 3, 3, 4), rng.randn(2, 3, 3, 4)
+
+    def loss(y0, w):
+        ys = odeint(f, y0, np.array([0.0, 1.0]), args=tuple(params[:2]) + (w,) + tuple(params[3:]),
+                    rtol=1e-11, atol=1e-11, method="adams")
+        return np.sum(ys[-1] * weights)
+
+    g_y0, g_w = autograd.grad(loss, (0, 1))(y0, params[2])
+    for x, g, arg in ((y0, g_y0, 0), (params[2], g_w, 1)):
+        v = rng.randn(*x.shape)
+        args = [y0, params[2]]
+        plus, minus = list(args), list(args)
+        plus[arg], minus[arg] = x + 1e-5 * v, x - 1e-5 * v
+        fd = (loss(*plus) - loss(*minus)) / 2e-5
+        assert abs(np.sum(g * v) - fd) < 1e-6 * max(1.0, abs(fd))
+
+
+def test_xla_and_float32_agree_with_float64():
+    rng = np.random.RandomState(7)
+    params = layers.init_ode_dynamics(rng, channels=4)
+    y, g = rng.randn(2, 4, 4, 4), rng.randn(2, 4, 4, 4)
+    ref = tf_primitive(layers.ode_dynamics, dtype=f64).value_and_vjp(g, y, 0.3, *params)
+    xla = tf_primitive(layers.ode_dynamics, dtype=f64, jit_compile=True).value_and_vjp(
+        g, y, 0.3, *params)
+    single = tf_primitive(layers.ode_dynamics).value_and_vjp(g, y, 0.3, *params)
+    flat = lambda out: [out[0], out[1], out[2]] + list(out[3])  # noqa: E731
+    for a, b, c in zip(flat(ref), flat(xla), flat(single)):
+        assert rel_err(b, a) < 1e-10
+        assert 1e-12 < rel_err(c, a) < 1e-4  # float32 inside TensorFlow, float64 out
+        assert np.asarray(c).dtype == np.float64
+
+
+# --- the blocks' shapes, parameter counts and definitions -------------------------------------
+def test_mnist_shapes_and_parameter_counts():
+    rng = np.random.RandomState(8)
+    down, dyn, head = (layers.init_downsample(rng), layers.init_ode_dynamics(rng),
+                       layers.init_head(rng))
+    h = layers.downsample(tf.constant(rng.rand(2, 28, 28, 1)), *down)
+    assert h.shape == (2, 6, 6, 64)
+    assert layers.ode_dynamics(h, 0.5, *dyn).shape == (2, 6, 6, 64)
+    assert layers.head(h, *head).shape == (2, 10)
+    assert layers.n_params(down) == 132_096 and layers.n_params(dyn) == 75_392
+    assert layers.n_params([down, dyn, head]) == 208_266  # ODE-Net, "0.22 M" in Table 1
+    blocks = [layers.init_res_block(rng) for _ in range(6)]
+    assert layers.n_params([down, blocks, head]) == 576_778  # ResNet, "0.60 M"
+    assert np.array_equal(layers.init_ode_dynamics(3)[2], layers.init_ode_dynamics(3)[2])
+
+
+def test_group_norm_matches_its_definition():
+    rng = np.random.RandomState(9)
+    x, gamma, beta = rng.randn(3, 4, 5, 8), rng.randn(8), rng.randn(8)
+    out = layers.group_norm(tf.constant(x), gamma, beta, groups=2).numpy()
+    xs = x.reshape(3, 4, 5, 2, 4)
+    mean = xs.mean(axis=(1, 2, 4), keepdims=True)
+    var = xs.var(axis=(1, 2, 4), keepdims=True)
+    expected = ((xs - mean) / np.sqrt(var + 1e-5)).reshape(x.shape) * gamma + beta
+    assert rel_err(out, expected) < 1e-12
+    with pytest.raises(ValueError, match="groups"):
+        layers.group_norm(tf.constant(x), gamma, beta, groups=3)
+
+
+def test_conv_padding_and_time_channel():
+    rng = np.random.RandomState(10)
+    x, w = tf.constant(rng.randn(1, 13, 13, 2)), rng.randn(4, 4, 2, 3)
+    assert layers.conv2d(x, w, stride=2, padding=1).shape == (1, 6, 6, 3)
+    w3 = rng.randn(3, 3, 2, 3)
+    assert rel_err(layers.conv2d(x, w3, padding=1), layers.conv2d(x, w3, padding="SAME")) < 1e-14
+    wt = rng.randn(3, 3, 3, 3)
+    with_t = tf.concat([tf.fill([1, 13, 13, 1], tf.constant(0.25, f64)), x], axis=-1)
+    assert rel_err(layers.concat_conv2d(x, 0.25, wt), layers.conv2d(with_t, wt)) < 1e-14
+
+
+# --- errors, device, threads, a missing TensorFlow --------------------------------------------
+def test_bad_input_raises_value_error(monkeypatch):
+    rng = np.random.RandomState(11)
+    with pytest.raises(ValueError, match="dtype"):
+        tf_primitive(mlp_tf, dtype=tf.int32)
+    with pytest.raises(ValueError, match="device"):
+        tf_primitive(mlp_tf, device="tpu")
+    f = tf_primitive(mlp_tf, dtype=f64)
+    y, params = rng.randn(4, 3), mlp_params(rng)
+    with pytest.raises(ValueError, match="cotangent"):
+        f.value_and_vjp(rng.randn(4, 2), y, 0.1, *params)
+    with pytest.raises(NotImplementedError, match="second derivatives"):
+        autograd.hessian(lambda y: anp.sum(f(y, 0.1, *params)))(y)
+    monkeypatch.setenv(gpu_dynamics.DEVICE_ENV, "cpu")
+    assert gpu_dynamics.default_device() == "/CPU:0"
+    if not tf.config.list_physical_devices("GPU"):
+        monkeypatch.setenv(gpu_dynamics.DEVICE_ENV, "gpu")
+        with pytest.raises(ValueError, match="sees 0 GPU"):
+            gpu_dynamics.default_device()
+
+
+def _python(code, **env):
+    run = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **env})
+    assert run.returncode == 0, run.stderr
+    return run.stdout
+
+
+def test_threads_default_and_environment_variable():
+    code = """
+        import gpu_dynamics, tensorflow as tf
+        print(tf.config.threading.get_intra_op_parallelism_threads(), len(tf.config.list_physical_devices("GPU")))
+        """
+    threads, gpus = _python(code).split()
+    if gpus == "0":
+        assert threads == str(min(2, os.cpu_count()))
+    assert _python(code, GPU_DYNAMICS_THREADS="1").split()[0] == "1"
+
+
+def test_import_without_tensorflow_says_how_to_install():
+    out = _python("""
+        import sys
+        class NoTensorFlow:
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] == "tensorflow":
+                    raise ImportError("No module named 'tensorflow'")
+        sys.meta_path.insert(0, NoTensorFlow())
+        import numpy as np
+        from odeint_autograd import odeint
+        ys = odeint(lambda y, t: -y, np.ones(2), np.array([0.0, 1.0]))
+        assert abs(ys[-1, 0] - np.exp(-1)) < 1e-6
+        try:
+            import gpu_dynamics
+        except ImportError as e:
+            print(e)
+        """)
+    assert "pip install -e .[tf]" in out and "TensorFlow" in out
