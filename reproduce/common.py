@@ -15,6 +15,7 @@ An experiment module looks like:
 """
 import argparse
 import datetime
+import importlib.metadata
 import json
 import os
 import pickle
@@ -47,8 +48,8 @@ class Run:
         parser.add_argument("--resume", action="store_true",
                             help="continue from this mode's checkpoints where they exist")
         parser.add_argument("--out", default=None,
-                            help=f"output folder (default figures/{name}, or "
-                                 f"figures/{name}/<mode> for smoke runs)")
+                            help=f"output folder (default figures/{name} for --full, "
+                                 f"figures/{name}/<mode> otherwise)")
         parser.add_argument("--checkpoint-dir", default=None,
                             help=f"default checkpoints/{name}/<mode>")
         if extra_args is not None:
@@ -59,9 +60,11 @@ class Run:
         self.mode = self.args.mode or "quick"
         self.seed = self.args.seed
         self.rng = np.random.RandomState(self.seed)
+        # full runs write figures/<name>/ (committed, shown in the README); quick and smoke runs
+        # write figures/<name>/<mode>/ so that they never overwrite a full run's results
         default_out = os.path.join(ROOT, "figures", name)
-        if self.mode == "smoke":  # never overwrite the committed quick/full results
-            default_out = os.path.join(default_out, "smoke")
+        if self.mode != "full":
+            default_out = os.path.join(default_out, self.mode)
         self.out_dir = self.args.out or default_out
         self.ckpt_dir = self.args.checkpoint_dir or os.path.join(ROOT, "checkpoints", name,
                                                                  self.mode)
@@ -185,24 +188,35 @@ class Adam(Optimizer):
 
 
 class RMSprop(Optimizer):
-    def __init__(self, lr, gamma=0.9, eps=1e-8):
+    """RMSprop; with momentum > 0 the scaled steps are accumulated as in TensorFlow's RMSProp
+    (velocity = momentum * velocity + lr * g / (sqrt(avg g^2) + eps)), the variant that
+    reproductions of Rezende and Mohamed's planar flows use (lr 1e-5, momentum 0.9)."""
+
+    def __init__(self, lr, gamma=0.9, eps=1e-8, momentum=0.0):
         super().__init__(lr)
-        self.gamma, self.eps = gamma, eps
+        self.gamma, self.eps, self.momentum = gamma, eps, momentum
 
     def _update(self, g, lr):
         avg = self.state["avg_sq"] = (self.gamma * self.state.get("avg_sq", np.zeros_like(g))
                                       + (1 - self.gamma) * g ** 2)
-        return lr * g / (np.sqrt(avg) + self.eps)
+        step = lr * g / (np.sqrt(avg) + self.eps)
+        if self.momentum:
+            step = self.state["velocity"] = (self.momentum * self.state.get("velocity", 0.0)
+                                             + step)
+        return step
 
 
 def machine():
     """What the numbers were measured on."""
     info = {"platform": platform.platform(), "python": platform.python_version(),
             "cpus": os.cpu_count(), "processor": platform.processor() or platform.machine()}
-    for module in ("numpy", "scipy", "autograd", "tensorflow"):
-        mod = sys.modules.get(module)
-        if mod is not None:
-            info[module] = getattr(mod, "__version__", "?")
+    for module, package in (("numpy", "numpy"), ("scipy", "scipy"), ("autograd", "autograd"),
+                            ("tensorflow", "tensorflow-cpu")):
+        if module in sys.modules:
+            try:
+                info[module] = importlib.metadata.version(package)
+            except importlib.metadata.PackageNotFoundError:
+                info[module] = getattr(sys.modules[module], "__version__", "?")
     tf = sys.modules.get("tensorflow")
     if tf is not None:
         info["gpus"] = [d.name for d in tf.config.list_physical_devices("GPU")]

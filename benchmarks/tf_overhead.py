@@ -1,0 +1,244 @@
+"""Where the time of a TensorFlow-evaluated ODE solve goes: TensorFlow, scipy, or the glue.
+
+The MNIST ODE block (GroupNorm-ReLU-conv-GroupNorm-ReLU-conv-GroupNorm on a 128 x 6 x 6 x 64 state)
+is solved with odeint(method="adams", rtol=atol=1e-3) from t = 0 to 1, forward and backward (the
+gradient of a scalar loss with respect to the initial state and the parameters), and each
+phase's wall time is split into
+
+    tf     inside TensorFlow's compiled functions (`CallStats.tf_seconds` of the primitive)
+    scipy  scipy's own work: the time of each solve minus the time spent in its callback
+    glue   everything else: odeint's and autograd's Python, the augmented state, and
+           gpu_dynamics' own share (`CallStats.call_seconds - tf_seconds`: copies, checks)
+
+Also measured: one fused value+VJP call on its own (right after each backward solve, as the
+machine's load drifts), and scipy's time per step on states of the same sizes with dynamics that
+cost nothing. The callback and solve timers wrap odeint_autograd's internals for this measurement
+only. Results: a table, and JSON (--out) with the command, date, machine and load average.
+
+    python benchmarks/tf_overhead.py [--repeats 5] [--xla] [--blas-threads 1]
+"""
+import argparse
+import contextlib
+import datetime
+import json
+import os
+import shlex
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+if "--blas-threads" in sys.argv[:-1]:  # OpenBLAS reads it once, when numpy/scipy load it
+    os.environ["OPENBLAS_NUM_THREADS"] = sys.argv[sys.argv.index("--blas-threads") + 1]
+
+import autograd  # noqa: E402
+import autograd.numpy as anp  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from gpu_dynamics import layers, tf_primitive  # noqa: E402
+from odeint_autograd import SolverStats, _scipy, adjoint, odeint  # noqa: E402
+from reproduce.common import machine  # noqa: E402
+
+
+class Timers:
+    """Seconds inside scipy solves and inside their callbacks (the dynamics as scipy calls it)."""
+
+    def __init__(self):
+        self.solve = self.callback = 0.0
+        self.callbacks = 0
+
+    @contextlib.contextmanager
+    def installed(self):
+        solve, call = adjoint.solve, _scipy._Guarded.__call__
+        timers = self
+
+        def timed_solve(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return solve(*args, **kwargs)
+            finally:
+                timers.solve += time.perf_counter() - start
+
+        def timed_call(guarded, y, t):
+            start = time.perf_counter()
+            try:
+                return call(guarded, y, t)
+            finally:
+                timers.callback += time.perf_counter() - start
+                timers.callbacks += 1
+
+        adjoint.solve, _scipy._Guarded.__call__ = timed_solve, timed_call
+        try:
+            yield self
+        finally:
+            adjoint.solve, _scipy._Guarded.__call__ = solve, call
+
+
+def phase(f, timers, stats, run):
+    """Run `run()`, returning its result and the split of its wall time."""
+    f.stats.reset()
+    timers.__init__()
+    nfe_before = (stats.forward.nfe, stats.backward.nfe)
+    start = time.perf_counter()
+    result = run()
+    wall = time.perf_counter() - start
+    scipy_s = timers.solve - timers.callback
+    split = {"wall_s": wall, "tf_s": f.stats.tf_seconds, "scipy_s": scipy_s,
+             "glue_s": wall - f.stats.tf_seconds - scipy_s,
+             "wrapper_s": f.stats.call_seconds - f.stats.tf_seconds,  # gpu_dynamics' share
+             "uploads": f.stats.uploads,
+             "callback_s": timers.callback, "callbacks": timers.callbacks,
+             "tf_value_calls": f.stats.value_calls, "tf_vjp_calls": f.stats.vjp_calls,
+             "nfe": (stats.forward.nfe - nfe_before[0]) + (stats.backward.nfe - nfe_before[1])}
+    return result, split
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--batch", type=int, default=128)
+    parser.add_argument("--channels", type=int, default=64)
+    parser.add_argument("--size", type=int, default=6)
+    parser.add_argument("--tol", type=float, default=1e-3)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--xla", action="store_true", help="tf_primitive(jit_compile=True)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--blas-threads", type=int, default=None,
+                        help="OpenBLAS threads, which scipy's VODE uses for its vector updates "
+                             "(default: OpenBLAS's own choice, one per core)")
+    parser.add_argument("--out", default=os.path.join(ROOT, "figures", "benchmarks",
+                                                      "tf_overhead.json"))
+    args = parser.parse_args(argv)
+
+    rng = np.random.RandomState(args.seed)
+    f = tf_primitive(layers.ode_dynamics, jit_compile=args.xla)
+    params = tuple(layers.init_ode_dynamics(rng, args.channels))
+    y0 = rng.randn(args.batch, args.size, args.size, args.channels)
+    weights = rng.randn(*y0.shape) / y0.size
+    t = np.array([0.0, 1.0])
+    stats = SolverStats()
+
+    def loss(y0, params):
+        ys = odeint(f, y0, t, args=params, rtol=args.tol, atol=args.tol, method="adams",
+                    stats=stats)
+        return anp.sum(ys[-1] * weights)
+
+    load_before = os.getloadavg()
+    timers = Timers()
+    runs, fused_calls = [], []
+    g = -rng.randn(*y0.shape) / y0.size  # a cotangent of the adjoint's size
+    with timers.installed():
+        for repeat in range(args.repeats + 1):  # the first traces and warms up: not reported
+            stats.reset()
+            (vjp, _), fwd = phase(f, timers, stats, lambda: autograd.make_vjp(loss, (0, 1))(
+                y0, params))
+            _, bwd = phase(f, timers, stats, lambda: vjp(1.0))
+            fwd["steps"], bwd["steps"] = stats.forward.steps, stats.backward.steps
+            # one fused TensorFlow value+VJP call on its own, measured right after the backward
+            # solve (the machine's load drifts), for the augmented-evaluation target
+            f.stats.reset()
+            for _ in range(5):
+                f.value_and_vjp(g, y0, 0.5, *params)
+            if repeat:
+                runs.append({"forward": fwd, "backward": bwd})
+                fused_calls.append(f.stats.tf_seconds / f.stats.vjp_calls)
+    fused_call_s = float(np.median(fused_calls))
+
+    # scipy alone: the same solver on states of the forward's and the backward's size, with
+    # dynamics that cost next to nothing, for scipy's own time per step without TensorFlow
+    scipy_alone = {}
+    n_aug = 2 * y0.size + layers.n_params(list(params))
+    for name, size in (("forward_state", y0.size), ("backward_state", n_aug)):
+        timers.__init__()
+        alone = SolverStats()
+        with timers.installed():
+            start = time.perf_counter()
+            odeint(lambda y, tt: -y, rng.randn(size), np.array([0.0, 20.0]), rtol=args.tol,
+                   atol=args.tol, method="adams", stats=alone)
+            wall = time.perf_counter() - start
+        scipy_alone[name] = {"size": int(size), "steps": alone.forward.steps,
+                             "scipy_ms_per_step": 1e3 * (timers.solve - timers.callback)
+                             / alone.forward.steps,
+                             "wall_ms_per_step": 1e3 * wall / alone.forward.steps}
+
+    summary = {}
+    for name in ("forward", "backward"):
+        total = {k: float(np.sum([r[name][k] for r in runs])) for k in runs[0][name]}
+        n = len(runs)
+        summary[name] = {
+            "wall_s": total["wall_s"] / n, "tf_s": total["tf_s"] / n,
+            "scipy_s": total["scipy_s"] / n, "glue_s": total["glue_s"] / n,
+            "tf_share": total["tf_s"] / total["wall_s"],
+            "scipy_share": total["scipy_s"] / total["wall_s"],
+            "glue_share": total["glue_s"] / total["wall_s"],
+            "wrapper_s": total["wrapper_s"] / n,
+            "wrapper_share": total["wrapper_s"] / total["wall_s"],
+            "nfe": total["nfe"] / n, "steps": total["steps"] / n,
+            "tf_calls": (total["tf_value_calls"] + total["tf_vjp_calls"]) / n,
+            "scipy_ms_per_step": 1e3 * total["scipy_s"] / total["steps"],
+            "evaluation_ms": 1e3 * total["callback_s"] / total["callbacks"],
+            "tf_ms_per_call": 1e3 * total["tf_s"] / (total["tf_value_calls"]
+                                                     + total["tf_vjp_calls"]),
+        }
+    augmented_ratio = summary["backward"]["evaluation_ms"] / (1e3 * fused_call_s)
+    in_solve_ratio = summary["backward"]["evaluation_ms"] / summary["backward"]["tf_ms_per_call"]
+    results = {
+        "command": "python " + " ".join(shlex.quote(a) for a in [os.path.relpath(
+            __file__, ROOT)] + list(sys.argv[1:] if argv is None else argv)),
+        "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "machine": machine(),
+        "device": f.device,
+        "settings": {"batch": args.batch, "channels": args.channels, "size": args.size,
+                     "state_size": int(y0.size), "params": layers.n_params(list(params)),
+                     "method": "adams", "rtol": args.tol, "atol": args.tol, "t": [0.0, 1.0],
+                     "dtype": f.dtype.name, "jit_compile": args.xla, "repeats": args.repeats,
+                     "seed": args.seed,
+                     "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS") or "default",
+                     "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads()},
+        "forward": summary["forward"], "backward": summary["backward"],
+        "fused_value_vjp_call_ms": 1e3 * fused_call_s,
+        "backward_evaluation_over_fused_call": augmented_ratio,
+        "backward_evaluation_over_its_tf_call": in_solve_ratio,
+        "targets": {"glue_share_max": 0.10, "backward_evaluation_over_fused_call_max": 1.1},
+        "scipy_alone": scipy_alone,
+        "load_average": [load_before, os.getloadavg()],
+        "runs": runs,
+    }
+    print_table(results)
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out, "w") as fh:
+        json.dump(results, fh, indent=1)
+    print(f"wrote {os.path.relpath(args.out, ROOT)}")
+    return results
+
+
+def print_table(r):
+    s = r["settings"]
+    print(f"MNIST ODE block: batch {s['batch']}, {s['size']}x{s['size']}x{s['channels']} "
+          f"(state {s['state_size']:,}), adams rtol=atol={s['rtol']:g}, {s['dtype']} on "
+          f"{r['device']}, XLA {s['jit_compile']}, BLAS threads {s['blas_threads']}; mean of "
+          f"{s['repeats']} runs")
+    print(f"{'phase':9s} {'wall s':>6s} {'TF':>12s} {'scipy':>12s} {'glue':>12s} "
+          f"{'(gpu_dyn.)':>12s} {'NFE':>4s} {'steps':>5s} {'eval ms':>7s} {'TF ms':>6s} "
+          f"{'scipy ms/step':>13s}")
+    for name in ("forward", "backward"):
+        p = r[name]
+        cell = lambda k: f"{p[k + '_s']:5.2f} {100 * p[k + '_share']:4.1f}%"  # noqa: E731
+        print(f"{name:9s} {p['wall_s']:6.2f} {cell('tf'):>12s} {cell('scipy'):>12s} "
+              f"{cell('glue'):>12s} {cell('wrapper'):>12s} {p['nfe']:4.0f} {p['steps']:5.0f} "
+              f"{p['evaluation_ms']:7.2f} {p['tf_ms_per_call']:6.2f} "
+              f"{p['scipy_ms_per_step']:13.2f}")
+    print(f"one fused TF value+VJP call on its own: {r['fused_value_vjp_call_ms']:.2f} ms; one "
+          f"backward augmented evaluation / that call = "
+          f"{r['backward_evaluation_over_fused_call']:.3f}, / its own TF call = "
+          f"{r['backward_evaluation_over_its_tf_call']:.3f} (target <= 1.1); glue target <= 10%")
+    for name, a in r["scipy_alone"].items():
+        print(f"scipy alone, {name} ({a['size']:,} numbers, dy/dt = -y): "
+              f"{a['scipy_ms_per_step']:.2f} ms per step of its own over {a['steps']} steps")
+    print(f"load average before/after: {r['load_average'][0][0]:.2f} / "
+          f"{r['load_average'][1][0]:.2f} on {r['machine']['cpus']} CPUs")
+
+
+if __name__ == "__main__":
+    main()
