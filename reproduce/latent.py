@@ -1,0 +1,294 @@
+"""The pieces of the paper's latent ODE (Section 5, Appendix E) shared by the spirals and the
+Poisson process experiments: small MLPs (with a hand-written VJP so that the adjoint's backward
+solve does not trace them with autograd at every step), the recognition RNN that reads a series
+backwards in time and gives q(z0 | x), the Gaussian and KL terms of the ELBO, the solve of a
+batch of series with different observation times in one odeint call, and the resumable Adam
+training loop with the solver options and measurements both experiments report.
+
+Parameters are plain dicts of numpy arrays; every model is a function of them.
+"""
+import time
+import zlib
+
+import autograd.numpy as anp
+import numpy as np
+
+from odeint_autograd import SolverStats, odeint
+from reproduce.common import Adam
+
+# ---------------------------------------------------------------------------------------------
+# Activations: an autograd.numpy function (for traced evaluation), and a plain numpy one that
+# returns the value and the derivative together (for the hand-written VJP).
+
+
+def elu(x):
+    return anp.where(x > 0, x, anp.exp(anp.minimum(x, 0.0)) - 1.0)
+
+
+def relu(x):
+    return anp.maximum(x, 0.0)
+
+
+def _elu_and_derivative(x):
+    e = np.exp(np.minimum(x, 0.0))
+    positive = x > 0
+    return np.where(positive, x, e - 1.0), np.where(positive, 1.0, e)
+
+
+def _tanh_and_derivative(x):
+    h = np.tanh(x)
+    return h, 1.0 - h * h
+
+
+ACTIVATIONS = {
+    "elu": (elu, _elu_and_derivative),
+    "relu": (relu, lambda x: (np.maximum(x, 0.0), (x > 0).astype(float))),
+    "tanh": (anp.tanh, _tanh_and_derivative),
+}
+
+
+def linear_init(rng, n_in, n_out):
+    """W, b ~ U(-1/sqrt(n_in), 1/sqrt(n_in)) (PyTorch's nn.Linear default, as in the authors'
+    public example)."""
+    bound = 1.0 / np.sqrt(n_in)
+    return rng.uniform(-bound, bound, (n_in, n_out)), rng.uniform(-bound, bound, n_out)
+
+
+def init_mlp(rng, n_in, n_hidden, n_out):
+    """A one-hidden-layer MLP n_in -> n_hidden -> n_out."""
+    W1, b1 = linear_init(rng, n_in, n_hidden)
+    W2, b2 = linear_init(rng, n_hidden, n_out)
+    return {"W1": W1, "b1": b1, "W2": W2, "b2": b2}
+
+
+def mlp(p, x, act="elu"):
+    """act(x W1 + b1) W2 + b2 over the last axis of x (any leading shape)."""
+    return ACTIVATIONS[act][0](anp.dot(x, p["W1"]) + p["b1"]) @ p["W2"] + p["b2"]
+
+
+def mlp_vjp(p, x, g, act="elu"):
+    """(mlp(p, x), g^T d mlp/dx, g^T d mlp/dp) in plain numpy, for x of shape (B, n_in)."""
+    h, dh = ACTIVATIONS[act][1](x @ p["W1"] + p["b1"])
+    out = h @ p["W2"] + p["b2"]
+    g_pre = (g @ p["W2"].T) * dh
+    grads = {"W1": x.T @ g_pre, "b1": g_pre.sum(0), "W2": h.T @ g, "b2": g.sum(0)}
+    return out, g_pre @ p["W1"].T, {k: grads[k] for k in p}  # p's key order: odeint's leaves
+
+
+class MLPDynamics:
+    """dz/dt = mlp(theta, z): the latent ODE's time-invariant dynamics f(z, theta) (the paper's
+    eq. 11). `value_and_vjp` gives odeint's adjoint f and its VJPs in one numpy pass."""
+
+    def __init__(self, act="elu"):
+        self.act = act
+
+    def __call__(self, z, t, theta):
+        return mlp(theta, z, self.act)
+
+    def value_and_vjp(self, g, z, t, theta):
+        f, g_z, g_theta = mlp_vjp(theta, z, g, self.act)
+        return f, g_z, 0.0, (g_theta,)
+
+
+# ---------------------------------------------------------------------------------------------
+# Recurrent networks
+
+
+def init_rnn(rng, n_in, n_hidden, n_out):
+    """A vanilla RNN h' = tanh([x, h] Wh + bh) with a linear read-out h -> n_out."""
+    Wh, bh = linear_init(rng, n_in + n_hidden, n_hidden)
+    Wo, bo = linear_init(rng, n_hidden, n_out)
+    return {"Wh": Wh, "bh": bh, "Wo": Wo, "bo": bo}
+
+
+def rnn_step(p, h, x):
+    return anp.tanh(anp.dot(anp.concatenate([x, h], axis=-1), p["Wh"]) + p["bh"])
+
+
+def time_gaps(t0, times):
+    """t_i - t_{i-1} for each series' sorted times (B, n), with t_0 = t0 before the first."""
+    times = np.asarray(times, dtype=float)
+    return np.diff(np.concatenate([np.full((len(times), 1), t0), times], axis=1), axis=1)
+
+
+def encode(p, xs, gaps, mask=None):
+    """q(z0 | x) = N(mu, diag(exp(logvar))) from the recognition RNN.
+
+    xs (B, n, D) observations and gaps (B, n) the time since the previous observation (since t0
+    for the first). The RNN reads [x_i, gap_i] from the last observation back to the first, so
+    its final input says how far x_1 lies from t0; its read-out gives (mu, logvar). mask (B, n),
+    for series of different lengths padded at the end: padded steps leave h unchanged."""
+    h = np.zeros((xs.shape[0], p["Wh"].shape[1]))
+    for i in range(xs.shape[1] - 1, -1, -1):
+        h_new = rnn_step(p, h, anp.concatenate([xs[:, i], gaps[:, i:i + 1]], axis=1))
+        h = h_new if mask is None else anp.where(mask[:, i:i + 1], h_new, h)
+    out = anp.dot(h, p["Wo"]) + p["bo"]
+    d = out.shape[1] // 2
+    return out[:, :d], out[:, d:]
+
+
+# ---------------------------------------------------------------------------------------------
+# ELBO pieces
+
+LOG_2PI = np.log(2 * np.pi)
+
+
+def gaussian_log_density(x, mean, log_std):
+    """log N(x; mean, exp(log_std)^2), elementwise."""
+    return -0.5 * (LOG_2PI + 2 * log_std + ((x - mean) / anp.exp(log_std)) ** 2)
+
+
+def kl_to_standard_normal(mu, logvar):
+    """KL(N(mu, diag(exp(logvar))) || N(0, I)) per row, in closed form."""
+    return 0.5 * anp.sum(anp.exp(logvar) + mu ** 2 - 1.0 - logvar, axis=-1)
+
+
+def sample_z0(mu, logvar, eps):
+    """The reparameterised sample z0 = mu + sigma * eps."""
+    return mu + anp.exp(0.5 * logvar) * eps
+
+
+# ---------------------------------------------------------------------------------------------
+# One solve for a batch of series with different observation times
+
+
+def union_times(t0, times):
+    """The sorted union of all series' times with t0 first, and where each series' times sit.
+
+    times (B, n), none before t0. Returns (t_union, rows) with
+    t_union[rows[b, i]] == times[b, i]."""
+    times = np.asarray(times, dtype=float)
+    if times.ndim != 2:
+        raise ValueError(f"times must be (series, observations), not of shape {times.shape}")
+    if np.any(times < t0):
+        raise ValueError(f"observation times must not precede t0 = {t0}")
+    t_union, inverse = np.unique(np.concatenate([[t0], times.ravel()]), return_inverse=True)
+    return t_union, inverse[1:].reshape(times.shape)
+
+
+def solve_union(func, z0, t0, times, args=(), **solver):
+    """z(t) of every series at its own times, from one odeint call.
+
+    z0 (B, d) at t0; times (B, n). The batch is solved once on the sorted union of all times and
+    each series keeps its own rows (a mask over the union, done as a gather: the states at times
+    a series does not observe get no gradient). Returns (B, n, d)."""
+    t_union, rows = union_times(t0, times)
+    if len(t_union) < 2:  # every series observed only at t0
+        return anp.repeat(z0[:, None, :], np.shape(times)[1], axis=1)
+    zs = odeint(func, z0, t_union, args=args, **solver)  # (T, B, d)
+    return zs[rows, np.arange(len(z0))[:, None]]
+
+
+# ---------------------------------------------------------------------------------------------
+# Training with checkpoints
+
+
+def train(run, key, init, loss_and_grad, n_iters, lr, stopper, ckpt_every):
+    """Adam on loss_and_grad(params, rng, stats) -> (loss, grads), resumable from checkpoints.
+
+    The checkpoint holds parameters, optimiser state, the model's own RNG state, the history and
+    the step, so that a resumed run continues with exactly the numbers of an uninterrupted one."""
+    ckpt = run.checkpoint(key)
+    state = ckpt.load()
+    opt = Adam(lr)
+    if state is None:
+        rng = np.random.RandomState([run.seed, zlib.crc32(key.encode())])
+        state = {"params": init(rng), "opt": opt.state_dict(), "rng": rng.get_state(),
+                 "history": {"loss": [], "nfe_f": [], "nfe_b": [], "seconds": []}, "step": 0}
+    opt.load_state_dict(state["opt"])
+    rng = np.random.RandomState()
+    rng.set_state(state["rng"])
+    params, hist = state["params"], state["history"]
+    stats = SolverStats()
+    for it in run.progress(range(state["step"], n_iters), desc=key, total=n_iters - state["step"]):
+        start = time.time()
+        stats.reset()
+        loss, grads = loss_and_grad(params, rng, stats)
+        if not np.isfinite(loss):
+            raise FloatingPointError(f"{key}: loss became {loss} at iteration {it}")
+        params = opt.step(params, grads)
+        hist["loss"].append(float(loss))
+        hist["nfe_f"].append(stats.forward.nfe)
+        hist["nfe_b"].append(stats.backward.nfe)
+        hist["seconds"].append(time.time() - start)
+        run.set_postfix(loss=float(loss), nfe_f=stats.forward.nfe, nfe_b=stats.backward.nfe)
+        done = it + 1
+        if done % ckpt_every == 0 or done == n_iters:
+            state.update(params=params, opt=opt.state_dict(), rng=rng.get_state(), step=done)
+            ckpt.save(state)
+        stopper.tick()
+    state.update(params=params, step=n_iters)
+    return state
+
+
+def training_summary(history):
+    """Iterations, time and mean NFE per iteration of a `train` history."""
+    def mean(key):
+        return float(np.mean(history[key])) if history[key] else None
+
+    return {"iterations": len(history["loss"]), "seconds_total": float(np.sum(history["seconds"])),
+            "seconds_per_iteration": mean("seconds"), "nfe_forward_per_iteration": mean("nfe_f"),
+            "nfe_backward_per_iteration": mean("nfe_b"),
+            "final_loss": history["loss"][-1] if history["loss"] else None}
+
+
+def add_run_args(parser):
+    """The options both latent-ODE experiments take: the solver and the kill simulation."""
+    parser.add_argument("--method", default="adams", choices=["adams", "lsoda"],
+                        help="odeint method (default adams: the faster here, measured)")
+    parser.add_argument("--tol", type=float, default=None,
+                        help="rtol = atol of every solve (default: the mode's)")
+    parser.add_argument("--no-seminorm", action="store_true",
+                        help="full norm in the adjoint's error control")
+    parser.add_argument("--stop-after", type=int, default=None,
+                        help="stop after this many training iterations as if killed (to test "
+                             "--resume)")
+
+
+PAPER_TOL = 1.5e-8  # Section 6: the sequence models' tolerance, forward and backward
+
+
+def solver_from_args(args, default_tol):
+    """(odeint keyword arguments, their description for the results' choices)."""
+    tol = args.tol or default_tol
+    solver = dict(method=args.method, rtol=tol, atol=tol, adjoint_seminorm=not args.no_seminorm)
+    text = (f"odeint method={args.method}, rtol = atol = {tol:g}, gradients by the adjoint"
+            f"{' with the seminorm' if solver['adjoint_seminorm'] else ''}; ")
+    if tol == PAPER_TOL:
+        text += "the paper's tolerance"
+    else:
+        text += (f"looser than the paper's {PAPER_TOL:g} to fit a reduced run in its time; the "
+                 "trained model evaluated at several tolerances is in the results "
+                 "(tolerance_effect*)")
+    return solver, text
+
+
+def measure_solvers(make_objective, params, tols, methods=("adams", "lsoda")):
+    """Seconds and NFE of one training gradient for each method, tolerance and adjoint norm:
+    make_objective(solver) -> loss_and_grad(params, rng, stats) as given to `train`."""
+    rows = []
+    for tol in tols:
+        for method in methods:
+            for seminorm in (False, True):
+                solver = dict(method=method, rtol=tol, atol=tol, adjoint_seminorm=seminorm)
+                stats, start = SolverStats(), time.time()
+                make_objective(solver)(params, np.random.RandomState(0), stats)
+                rows.append({"method": method, "tol": tol, "seminorm": seminorm,
+                             "seconds": round(time.time() - start, 3),
+                             "nfe_forward": stats.forward.nfe,
+                             "nfe_backward": stats.backward.nfe})
+    return rows
+
+
+class StopAfter:
+    """Stops a run after `limit` training iterations as if it had been killed (raises
+    KeyboardInterrupt); how the tests check that --resume gives the numbers of an uninterrupted
+    run. limit None: never."""
+
+    def __init__(self, limit):
+        self.limit, self.count = limit, 0
+
+    def tick(self):
+        self.count += 1
+        if self.limit is not None and self.count >= self.limit:
+            raise KeyboardInterrupt(f"stopped after {self.count} iterations (--stop-after)")

@@ -1,0 +1,240 @@
+"""Spirals (Table 2, Figures 9, 10): the data generator, the latent ODE's pieces (ELBO against a
+direct Monte Carlo computation, the union-of-times solve against per-series solves, the
+hand-written VJPs against autograd), the RNN baselines, and the run itself (--smoke, --resume)."""
+import json
+
+import autograd.numpy as anp
+import numpy as np
+import pytest
+from autograd import grad
+from scipy.integrate import solve_ivp
+from scipy.stats import norm
+
+from odeint_autograd import odeint
+from reproduce import spirals as S
+from reproduce.latent import (MLPDynamics, encode, init_mlp, init_rnn, mlp, mlp_vjp,
+                              solve_union, time_gaps, union_times)
+
+TIGHT = dict(method="adams", rtol=1e-10, atol=1e-10)
+
+
+# ---------------------------------------------------------------------------------------------
+# Data
+
+
+def test_generator_shapes_and_halves():
+    data = S.generate_spirals(np.random.RandomState(0), 40)
+    length = S.SPIRAL["window"] + S.SPIRAL["extrap"]
+    assert data["t"].shape == (length,)
+    assert data["clean"].shape == data["noisy"].shape == (40, length, 2)
+    np.testing.assert_allclose(np.diff(data["t"]), 6 * np.pi / 999)
+    assert data["t"][0] == 0
+    assert np.sum(data["direction"] == 1) == np.sum(data["direction"] == -1) == 20
+    for d in (1, -1):  # each spiral of a direction starts at a different point
+        starts = data["start"][data["direction"] == d]
+        assert len(np.unique(starts)) == len(starts)
+    with pytest.raises(ValueError, match="even"):
+        S.generate_spirals(np.random.RandomState(0), 7)
+    with pytest.raises(ValueError, match="different points"):
+        S.generate_spirals(np.random.RandomState(0), 2000)
+
+
+def test_directions_by_angular_velocity():
+    """Counter-clockwise spirals turn with positive angular velocity about their arm's centre
+    (5, 0), clockwise ones with negative about (-5, 0), at every step."""
+    data = S.generate_spirals(np.random.RandomState(1), 20)
+    for path, d in zip(data["clean"], data["direction"]):
+        centre = np.array([5.0 if d == 1 else -5.0, 0.0])
+        p, v = path[:-1] - centre, np.diff(path, axis=0)
+        cross = p[:, 0] * v[:, 1] - p[:, 1] * v[:, 0]
+        assert np.all(np.sign(cross) == d)
+        assert S.decoded_direction(path) == d  # the figure-10 labelling agrees
+
+
+def test_noise_level():
+    data = S.generate_spirals(np.random.RandomState(2), 100)
+    residual = data["noisy"] - data["clean"]
+    assert abs(residual.std() - 0.3) < 0.01
+    assert abs(residual.mean()) < 0.01
+
+
+def test_subsample_without_replacement():
+    idx = S.subsample(np.random.RandomState(3), 200, 30)
+    assert idx.shape == (200, 30)
+    assert np.all(np.diff(idx, axis=1) > 0)  # sorted and no repeats
+    assert idx.min() >= 0 and idx.max() < 100
+    assert len({tuple(r) for r in idx}) > 190  # different points for different spirals
+    np.testing.assert_array_equal(S.subsample(np.random.RandomState(0), 3, 100),
+                                  np.tile(np.arange(100), (3, 1)))
+    with pytest.raises(ValueError, match="n_obs"):
+        S.subsample(np.random.RandomState(0), 3, 101)
+
+
+def test_split_is_fixed_and_stratified():
+    a, b = S.make_dataset(100), S.make_dataset(100)
+    np.testing.assert_array_equal(a["test"], b["test"])
+    np.testing.assert_array_equal(a["noisy"], b["noisy"])
+    assert len(np.intersect1d(a["train"], a["test"])) == 0
+    assert len(a["train"]) + len(a["test"]) == 100
+    assert np.sum(a["direction"][a["test"]] == 1) == np.sum(a["direction"][a["test"]] == -1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Shared latent-ODE pieces
+
+
+def test_mlp_vjp_and_dynamics_vjp_match_autograd():
+    rng = np.random.RandomState(4)
+    p, x, g = init_mlp(rng, 4, 20, 3), rng.randn(6, 4), rng.randn(6, 3)
+    for act in ("elu", "relu", "tanh"):
+        out, g_x, g_p = mlp_vjp(p, x, g, act)
+        np.testing.assert_allclose(out, mlp(p, x, act))
+        np.testing.assert_allclose(g_x, grad(lambda xx: anp.sum(mlp(p, xx, act) * g))(x))
+        ref = grad(lambda pp: anp.sum(mlp(pp, x, act) * g))(p)
+        assert list(g_p) == list(p)  # the key order odeint flattens by
+        for k in p:
+            np.testing.assert_allclose(g_p[k], ref[k], atol=1e-12)
+    f = MLPDynamics("elu")
+    theta, z, a = init_mlp(rng, 4, 20, 4), rng.randn(5, 4), rng.randn(5, 4)
+    value, g_z, _, (g_theta,) = f.value_and_vjp(a, z, 0.0, theta)
+    np.testing.assert_allclose(value, f(z, 0.0, theta))
+    np.testing.assert_allclose(g_z, grad(lambda zz: anp.sum(f(zz, 0.0, theta) * a))(z))
+
+
+def test_union_of_times_solve_equals_per_series_solves():
+    rng = np.random.RandomState(5)
+    theta, z0 = init_mlp(rng, 4, 20, 4), rng.randn(3, 4)
+    times = np.array([[0.0, 0.3, 0.9, 1.4], [0.2, 0.3, 0.5, 2.0], [0.7, 1.1, 1.2, 1.3]])
+    t_union, rows = union_times(0.0, times)
+    np.testing.assert_array_equal(t_union[rows], times)
+    assert t_union[0] == 0 and np.all(np.diff(t_union) > 0)
+    f = MLPDynamics("elu")
+    joint = solve_union(f, z0, 0.0, times, args=(theta,), **TIGHT)
+    assert joint.shape == (3, 4, 4)
+    for b in range(3):
+        t_b = times[b] if times[b, 0] > 0 else times[b, 1:]
+        single = odeint(f, z0[b], np.concatenate([[0.0], t_b]), args=(theta,), **TIGHT)[1:]
+        np.testing.assert_allclose(joint[b, -len(t_b):], single, rtol=1e-7, atol=1e-8)
+    np.testing.assert_array_equal(joint[0, 0], z0[0])  # observed at t0: z0 itself
+    # and the gradient of a loss of the gathered states is the sum of the per-series gradients
+    w = rng.randn(3, 4, 4)
+    g_joint = grad(lambda th: anp.sum(w * solve_union(f, z0, 0.0, times, args=(th,),
+                                                        **TIGHT)))(theta)
+
+    def per_series(th):
+        total = 0.0
+        for b in range(3):
+            t_b = times[b] if times[b, 0] > 0 else times[b, 1:]
+            zs = odeint(f, z0[b:b + 1], np.concatenate([[0.0], t_b]), args=(th,), **TIGHT)
+            total = total + anp.sum(w[b, -len(t_b):] * zs[1:, 0])
+        return total
+
+    g_single = grad(per_series)(theta)
+    for k in theta:
+        np.testing.assert_allclose(g_joint[k], g_single[k], rtol=1e-6, atol=1e-6)
+    with pytest.raises(ValueError, match="precede"):
+        union_times(0.5, times)
+
+
+def test_encoder_mask_ignores_padding():
+    rng = np.random.RandomState(6)
+    p = init_rnn(rng, 3, 25, 8)
+    xs, times = rng.randn(1, 4, 2), np.array([[0.1, 0.4, 0.5, 0.9]])
+    mu, logvar = encode(p, xs, time_gaps(0.0, times))
+    padded_x = np.concatenate([xs, rng.randn(1, 3, 2)], axis=1)
+    padded_t = np.concatenate([times, [[1.0, 1.0, 1.0]]], axis=1)
+    mask = np.arange(7)[None] < 4
+    mu2, logvar2 = encode(p, padded_x, time_gaps(0.0, padded_t), mask)
+    np.testing.assert_allclose(mu2, mu)
+    np.testing.assert_allclose(logvar2, logvar)
+    np.testing.assert_allclose(time_gaps(0.0, times), [[0.1, 0.3, 0.1, 0.4]])
+
+
+def test_elbo_against_direct_monte_carlo():
+    """The ELBO of a tiny latent ODE (one reparameterised sample per copy of a series, KL in
+    closed form) against a direct Monte Carlo estimate E_q[log p(x|z) + log p(z) - log q(z)]
+    computed series by series: its own times, scipy's solve_ivp, scipy's normal densities."""
+    rng = np.random.RandomState(7)
+    params = S.init_latent_ode(rng)
+    params["rec"]["bo"][:S.LATENT] += 1.0  # q away from the prior: a KL well above the MC noise
+    params["rec"]["bo"][S.LATENT:] -= 1.0
+    xs = rng.randn(2, 5, 2) * 2
+    times = np.array([[0.0, 0.2, 0.5, 0.6, 1.1], [0.3, 0.4, 0.9, 1.5, 1.7]])
+    K = 3000
+    eps = rng.randn(2, K, S.LATENT)
+    log_px, kl = S.elbo_terms(params, np.repeat(xs, K, axis=0), np.repeat(times, K, axis=0),
+                              eps.reshape(2 * K, S.LATENT), TIGHT)
+    log_px, kl = log_px.reshape(2, K), kl.reshape(2, K)
+    np.testing.assert_allclose(kl, np.broadcast_to(kl[:, :1], kl.shape))
+    mu, logvar = S.posterior(params, xs, times)
+    sigma = np.exp(0.5 * logvar)
+    th = params["dyn"]
+    for b in range(2):
+        z0 = mu[b] + sigma[b] * eps[b]  # (K, LATENT)
+        sol = solve_ivp(lambda t, y: S.mlp(th, y.reshape(K, -1)).ravel(), (0.0, times[b, -1]),
+                        z0.ravel(), t_eval=times[b], method="DOP853", rtol=1e-11, atol=1e-11)
+        zs = sol.y.T.reshape(len(times[b]), K, -1)  # (n, K, LATENT)
+        x_mean = S.mlp(params["dec"], zs, "relu")
+        direct_px = norm.logpdf(xs[b][:, None], x_mean, S.SPIRAL["noise_std"]).sum(axis=(0, 2))
+        np.testing.assert_allclose(log_px[b], direct_px, rtol=1e-6)  # same samples: same terms
+        log_ratio = norm.logpdf(z0).sum(1) - norm.logpdf(z0, mu[b], sigma[b]).sum(1)
+        direct = np.mean(direct_px + log_ratio)
+        ours = np.mean(log_px[b]) - kl[b, 0]
+        se = np.std(log_ratio) / np.sqrt(K)
+        assert abs(ours - direct) < 4 * se + 1e-9, (ours, direct, se)
+        assert se < 0.1 * kl[b, 0]  # the check has teeth: the KL is far above the noise
+
+
+# ---------------------------------------------------------------------------------------------
+# RNN baselines
+
+
+def test_rnn_dt_uses_the_gaps_and_the_plain_rnn_does_not():
+    rng = np.random.RandomState(8)
+    xs = rng.randn(3, 6, 2)
+    times = np.sort(rng.uniform(0, 1.8, (3, 6)), axis=1)
+    t_future = np.linspace(1.9, 3.7, 10)
+    stretched = times * 1.5
+    for with_dt in (False, True):
+        p = S.init_rnn_baseline(np.random.RandomState(9), with_dt)
+        recon, extrap = S.rnn_predict(p, xs, times, t_future, with_dt)
+        assert recon.shape == (3, 5, 2) and extrap.shape == (3, 10, 2)
+        recon2, _ = S.rnn_predict(p, xs, stretched, t_future * 1.5, with_dt)
+        assert np.allclose(recon, recon2) != with_dt
+        # the likelihood's means are the one-step predictions
+        nll = S.rnn_nll(p, xs, times, with_dt)
+        assert np.isfinite(nll)
+
+
+# ---------------------------------------------------------------------------------------------
+# The run
+
+
+def _run(tmp_path, name, *extra):
+    argv = ["--smoke", "--out", str(tmp_path / name), "--checkpoint-dir",
+            str(tmp_path / (name + "_ckpt"))] + list(extra)
+    return S.main(argv)
+
+
+@pytest.mark.slow
+def test_smoke_run_writes_results_and_resume_gives_the_same_numbers(tmp_path):
+    assert _run(tmp_path, "whole") == 0
+    record = json.loads((tmp_path / "whole" / "results.json").read_text())
+    table = record["results"]["table2_rmse"]
+    assert set(table) == {"RNN", "RNN + dt", "Latent ODE"}
+    for row in table.values():
+        assert set(row) == {"30", "50", "100"}
+        for cell in row.values():
+            assert cell["rmse_noisy"] > 0 and cell["rmse_clean"] > 0
+    assert "spirals" in record["choices"] and "noise" in record["choices"]
+    for f in ("fig9.png", "fig10.png", "training.png"):
+        assert (tmp_path / "whole" / f).stat().st_size > 10_000
+    # killed in the middle of the first latent ODE (after 5 + 5 + 3 iterations; its last
+    # checkpoint is at 2), then resumed
+    with pytest.raises(KeyboardInterrupt):
+        _run(tmp_path, "split", "--stop-after", "13")
+    assert _run(tmp_path, "split", "--resume") == 0
+    resumed = json.loads((tmp_path / "split" / "results.json").read_text())
+    assert resumed["results"]["table2_rmse"] == table
+    losses = {k: v["final_loss"] for k, v in record["results"]["training"].items()}
+    assert {k: v["final_loss"] for k, v in resumed["results"]["training"].items()} == losses
