@@ -1,0 +1,169 @@
+"""Training and evaluation: SGD with momentum over epochs of shuffled, randomly cropped batches,
+resumable at any batch.
+
+A checkpoint holds the parameters, the optimiser's velocity, the RNG state (after the batch's
+crop offsets were drawn), the epoch's permutation, the epoch's running sums, the per-batch log
+and the per-epoch history, so a run resumed after a kill continues with exactly the numbers of an
+uninterrupted one.
+"""
+import time
+import zlib
+
+import numpy as np
+from autograd import value_and_grad
+from autograd.tracer import getval
+
+from reproduce.common import SGD
+
+from . import data as D
+from .models import cross_entropy, n_params
+
+BASE_LR, BASE_BATCH, MOMENTUM = 0.1, 128, 0.9
+LR_DROPS = (60, 100, 140)  # epochs at which the learning rate is divided by 10
+
+
+def learning_rate(epoch, batch_size=BASE_BATCH):
+    """0.1 for batch 128 (scaled linearly with the batch), divided by 10 at epochs 60, 100 and
+    140 (epoch counted from 0)."""
+    return BASE_LR * batch_size / BASE_BATCH * 0.1 ** sum(epoch >= e for e in LR_DROPS)
+
+
+def evaluate(model, params, images, labels, batch_size):
+    """Test error (%), mean loss and mean forward NFE per batch. The last batch is padded to
+    `batch_size` (padding rows ignored) so that no new input shape is traced."""
+    wrong, loss, nfe = 0, 0.0, []
+    for start in range(0, len(images), batch_size):
+        x = D.to_float(images[start:start + batch_size])
+        y = labels[start:start + batch_size]
+        n = len(x)
+        if n < batch_size:
+            x = np.concatenate([x, np.zeros((batch_size - n,) + x.shape[1:])])
+        mark = model.mark()
+        logits = model.logits(params, x)[:n]
+        nfe.append(model.counts_since(mark)[0])
+        wrong += int(np.sum(np.argmax(logits, axis=1) != y))
+        loss += float(cross_entropy(logits, y)) * n
+    return {"test_error_pct": 100.0 * wrong / len(images), "test_loss": loss / len(images),
+            "test_nfe_forward": None if nfe[0] is None else float(np.mean(nfe))}
+
+
+class StopAfter:
+    """Raises KeyboardInterrupt after `limit` training batches, as if the run had been killed
+    (how the tests check that --resume gives the numbers of an uninterrupted run)."""
+
+    def __init__(self, limit=None):
+        self.limit, self.count = limit, 0
+
+    def tick(self):
+        self.count += 1
+        if self.limit is not None and self.count >= self.limit:
+            raise KeyboardInterrupt(f"stopped after {self.count} batches (--stop-after)")
+
+
+def fresh_state(model, seed, config):
+    """Initial parameters and RNG from (seed, model name): each model's numbers do not depend on
+    which other models run, or in which order."""
+    rng = np.random.RandomState([seed, zlib.crc32(model.name.encode())])
+    params = model.init(rng)
+    return {"config": config, "params": params, "opt": SGD(BASE_LR, MOMENTUM).state_dict(),
+            "rng": rng.get_state(), "epoch": 0, "batch": 0, "perm": None, "running": None,
+            "batches": [], "history": [], "n_params": n_params(params)}
+
+
+def train(run, model, train_set, test_set, epochs, batch_size, checkpoint_every, seed,
+          stopper=None):
+    """Train `model` for `epochs` epochs (continuing a checkpoint under --resume); returns the
+    final state. Batches: a fresh permutation each epoch, the last partial batch dropped (a new
+    batch size would retrace TensorFlow's functions), each image randomly cropped (padding 4).
+    After each epoch the test set is evaluated."""
+    images, labels = train_set
+    config = {"model": model.name, "n_train": len(images), "n_test": len(test_set[0]),
+              "batch_size": batch_size, "seed": seed}
+    ckpt = run.checkpoint(model.name)
+    state = ckpt.load()
+    if state is not None and state["config"] != config:
+        raise ValueError(f"checkpoint {ckpt.path} was made with {state['config']}, this run has "
+                         f"{config}: run without --resume (or with the same settings)")
+    if state is None:
+        state = fresh_state(model, seed, config)
+    stopper = stopper or StopAfter()
+    opt = SGD(BASE_LR, MOMENTUM)
+    opt.load_state_dict(state["opt"])
+    rng = np.random.RandomState()
+    rng.set_state(state["rng"])
+    params = state["params"]
+    n_batches = len(images) // batch_size
+    if n_batches == 0:
+        raise ValueError(f"{len(images)} training images do not fill one batch of {batch_size}")
+    first_in_process = True
+
+    while state["epoch"] < epochs:
+        epoch = state["epoch"]
+        lr = learning_rate(epoch, batch_size)
+        if state["batch"] == 0:
+            state["perm"] = rng.permutation(len(images))
+            state["running"] = {"loss": 0.0, "correct": 0, "seen": 0}
+        start_batch = state["batch"]
+        resumed = f", resumed at batch {start_batch}" if start_batch else ""
+        bar = run.progress(range(start_batch, n_batches), total=n_batches - start_batch,
+                           desc=f"{model.name} epoch {epoch + 1}/{epochs}{resumed}")
+        for b in bar:
+            started = time.perf_counter()
+            idx = state["perm"][b * batch_size:(b + 1) * batch_size]
+            x = D.to_float(D.random_crop(rng, images[idx]))
+            y = labels[idx]
+            seen = {}
+
+            def loss_fn(p):
+                logits = model.logits(p, x)
+                seen["logits"] = getval(logits)
+                return cross_entropy(logits, y)
+
+            mark = model.mark()
+            loss, grads = value_and_grad(loss_fn)(params)
+            if not np.isfinite(loss):
+                raise FloatingPointError(f"{model.name}: loss {loss} at epoch {epoch}, batch {b}")
+            params = opt.step(params, grads, lr=lr)
+            nfe_f, nfe_b = model.counts_since(mark)
+            correct = int(np.sum(np.argmax(seen["logits"], axis=1) == y))
+            seconds = time.perf_counter() - started
+            r = state["running"]
+            r["loss"] += float(loss) * len(y)
+            r["correct"] += correct
+            r["seen"] += len(y)
+            state["batches"].append({"epoch": epoch, "batch": b, "loss": float(loss),
+                                     "accuracy": correct / len(y), "nfe_forward": nfe_f,
+                                     "nfe_backward": nfe_b, "seconds": seconds,
+                                     "warmup": first_in_process})
+            first_in_process = False
+            nfe = {} if nfe_f is None else {"nfe_f": nfe_f, "nfe_b": nfe_b}
+            run.set_postfix(loss=float(loss), acc=r["correct"] / r["seen"], **nfe)
+            state.update(params=params, opt=opt.state_dict(), rng=rng.get_state(), batch=b + 1)
+            if (b + 1) % checkpoint_every == 0 and b + 1 < n_batches:
+                ckpt.save(state)
+            stopper.tick()
+        state["history"].append(_epoch_summary(model, params, state, epoch, lr, test_set,
+                                               batch_size))
+        state.update(epoch=epoch + 1, batch=0, perm=None, running=None)
+        ckpt.save(state)
+    return state
+
+
+def _epoch_summary(model, params, state, epoch, lr, test_set, batch_size):
+    rows = [r for r in state["batches"] if r["epoch"] == epoch]
+    timed = [r["seconds"] for r in rows if not r["warmup"]] or [r["seconds"] for r in rows]
+    started = time.perf_counter()
+    test = evaluate(model, params, *test_set, batch_size)
+    summary = {"epoch": epoch + 1, "lr": lr,
+               "train_loss": state["running"]["loss"] / state["running"]["seen"],
+               "train_error_pct": 100.0 * (1 - state["running"]["correct"]
+                                           / state["running"]["seen"]),
+               "batches": len(rows),
+               "train_seconds": float(np.sum([r["seconds"] for r in rows])),
+               "seconds_per_batch": float(np.mean(timed)),
+               "test_seconds": time.perf_counter() - started}
+    for key in ("nfe_forward", "nfe_backward"):
+        values = [r[key] for r in rows]
+        summary[f"mean_{key}"] = None if values[0] is None else float(np.mean(values))
+    summary.update(test)
+    return summary
