@@ -37,7 +37,8 @@ def main(argv=None):
             start = time.time()
             print(f"==> python -m reproduce {name} {' '.join(rest)}", flush=True)
             try:
-                _run(name, rest)
+                if _run(name, rest):
+                    failed.append(name)
             except Exception:  # noqa: BLE001 -- run the others, then fail
                 traceback.print_exc()
                 failed.append(name)

@@ -1,0 +1,69 @@
+"""The command-line entry point: every experiment still runs (smoke settings), and the report
+puts measured numbers beside the published ones."""
+import ast
+import glob
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from reproduce.__main__ import EXPERIMENTS
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run(*args, **kw):
+    return subprocess.run([sys.executable, "-m", "reproduce", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=900, **kw)
+
+
+def test_list_names_every_experiment():
+    out = run("list")
+    assert out.returncode == 0
+    for name in EXPERIMENTS:
+        assert name in out.stdout
+
+
+def test_unknown_experiment_is_an_error():
+    out = run("no-such-experiment")
+    assert out.returncode == 2 and "unknown experiment" in out.stderr
+
+
+@pytest.mark.slow
+def test_all_smoke_runs_every_experiment_and_the_report(tmp_path):
+    out = run("all", "--smoke")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    for name in EXPERIMENTS:
+        with open(os.path.join(ROOT, "figures", name, "smoke", "results.json")) as f:
+            record = json.load(f)
+        assert record["mode"] == "smoke" and record["experiment"] == name
+        assert record["command"].startswith(f"python -m reproduce {name}")
+        assert record["results"]
+    report = tmp_path / "RESULTS.md"
+    out = run("report", "--out", str(report), "--no-readme", "--mode", "smoke")
+    assert out.returncode == 0, out.stderr
+    text = report.read_text()
+    assert "published" in text.lower()
+    assert "0.3937" in text  # Table 2's published RNN number, beside the measured ones
+    for name in EXPERIMENTS:
+        assert f"python -m reproduce {name} --smoke" in text
+
+
+def test_published_numbers_are_read_by_the_report_only():
+    readers = []
+    for path in glob.glob(os.path.join(ROOT, "**", "*.py"), recursive=True):
+        if ".venv" in path or path.endswith("published.py"):
+            continue
+        with open(path) as f:
+            tree = ast.parse(f.read())
+        for node in ast.walk(tree):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [f"{node.module}.{a.name}" for a in node.names]
+            if any("published" in n for n in names):
+                readers.append(os.path.relpath(path, ROOT))
+    assert readers == [os.path.join("reproduce", "report.py")]
