@@ -81,6 +81,12 @@ def choices_block(record):
         f"- **{k}**: {v}" for k, v in items.items())
 
 
+def image(record, name, title):
+    """A README image link (paths from the project root), or nothing if the file is missing."""
+    path = os.path.join(FIGURES, record["folder"], name)
+    return f"![{title}](figures/{record['folder']}/{name})" if os.path.exists(path) else ""
+
+
 def figure_links(record, names):
     return "\n".join(f"![{n}]({record['folder']}/{n})" for n in names
                      if os.path.exists(os.path.join(FIGURES, record["folder"], n)))
@@ -151,6 +157,9 @@ def mnist_section(runs):
         "Table 1, measured beside published. "
         + (res.get("note", "") + "." if res.get("note") else ""),
         mnist_tables(record),
+        "Commands of the training runs behind the table:\n\n" + "\n".join(
+            f"- {label}: `{res['table1'][key]['command']}` ({res['table1'][key]['date']})"
+            for key, label in MNIST_MODELS if res["table1"].get(key)),
         "\n".join(bullets),
         figure_links(record, ["figure3.png", "memory.png"]),
         choices_block(record)])
@@ -352,11 +361,25 @@ def readme_blocks():
                                          spiral_demo_block(), "### Memory: adjoint O(1), "
                                          "direct backprop O(steps)", memory_block()]),
               "tf_overhead": tf_overhead_block()}
-    summary = []
-    for name, section in SECTIONS.items():
-        record = best(load(name))
-        summary.append(f"- {name}: " + (run_line(record) if record else "not run yet"))
-    blocks["runs"] = "\n".join(summary)
+    parts = []
+    mnist, cnf, spirals = (best(load(n)) for n in ("mnist", "cnf", "spirals"))
+    if mnist:
+        parts += [f"**Table 1, MNIST** ({mnist['mode']}: `{mnist['command']}`)",
+                  mnist_tables(mnist), image(mnist, "figure3.png", "Figure 3")]
+    if spirals:
+        parts += [f"**Table 2, spirals**: extrapolation RMSE against noisy / noise-free test "
+                  f"points ({spirals['mode']}: `{spirals['command']}`)", spirals_tables(spirals),
+                  image(spirals, "fig9.png", "Figure 9")]
+    if cnf:
+        fig4, fig6 = cnf_tables(cnf)
+        parts += [f"**Figure 4, density matching**: KL(q || p) ({cnf['mode']}: "
+                  f"`{cnf['command']}`)", fig4,
+                  image(cnf, "figure4.png", "Figure 4"),
+                  "**Figure 6, maximum likelihood**", fig6,
+                  image(cnf, "figure6.png", "Figure 6")]
+    parts.append("Where each run was made, how long it took and every reproduction choice: "
+                 "[figures/RESULTS.md](figures/RESULTS.md).")
+    blocks["results"] = "\n\n".join(p for p in parts if p)
     return blocks
 
 
