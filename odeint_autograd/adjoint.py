@@ -21,6 +21,7 @@ from autograd.extend import defvjp_argnums, primitive
 from autograd.tracer import isbox
 
 from ._scipy import solve
+from .rk import dopri5
 from ._vjp import value_and_vjp
 
 
@@ -37,6 +38,7 @@ class Options:
     backward: "Options" = None
     seminorm: bool = False
     controlled: int = None  # with seminorm: how many leading components the error control sees
+    step_hint: dict = None  # dopri5: the step size carried from one adjoint interval to the next
 
     def tolerances(self, size):
         """Scalar tolerances, or per-component ones that drop all but the first `controlled`
@@ -50,7 +52,7 @@ class Options:
     def for_adjoint(self, controlled):
         back = self.backward or self
         return dataclasses.replace(back, backward=dataclasses.replace(back, seminorm=False),
-                                   controlled=controlled)
+                                   controlled=controlled, step_hint={})
 
 
 @primitive
@@ -68,8 +70,14 @@ def odeint_adjoint(y0, t, *args, func, opts):
         return np.ravel(f)
 
     rtol, atol = opts.tolerances(np.size(y0))
-    ys, nfe, steps = solve(fun, np.ravel(y0).astype(float), np.asarray(t, dtype=float),
-                           opts.method, rtol, atol, opts.max_steps, opts.jacobian)
+    y0_flat, t_values = np.ravel(y0).astype(float), np.asarray(t, dtype=float)
+    if opts.method == "dopri5":  # the project's own solver: pure Python, re-entrant
+        with np.errstate(all="ignore"):
+            ys, nfe, steps = dopri5(fun, y0_flat, t_values, rtol, atol, opts.max_steps,
+                                    opts.step_hint)
+    else:
+        ys, nfe, steps = solve(fun, y0_flat, t_values, opts.method, rtol, atol, opts.max_steps,
+                               opts.jacobian)
     if opts.counter is not None:
         opts.counter.add(nfe, steps)
     ys = ys.reshape((len(t),) + shape)

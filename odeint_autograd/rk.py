@@ -77,13 +77,19 @@ def _initial_step(f, y0, f0, t0, direction, rtol, atol):
     return min(100 * h0, h1)
 
 
-def dopri5(fun, y0, t, rtol, atol, max_steps):
-    """Adaptive Dormand-Prince 5(4) with an RMS error norm; returns (ys, nfe, steps)."""
+def dopri5(fun, y0, t, rtol, atol, max_steps, step_hint=None):
+    """Adaptive Dormand-Prince 5(4) with an RMS error norm; returns (ys, nfe, steps).
+
+    step_hint: a dict; its "h" (when present) is the first step size tried, and the next step
+    size is left there, so that consecutive solves (the adjoint's intervals) carry it over."""
     f = _Counted(fun, "dopri5")
     direction = 1.0 if getval(t[-1]) > getval(t[0]) else -1.0
     y, tc = y0, t[0]
     k1 = f(y, tc)
-    h = _initial_step(f, y, k1, tc, direction, rtol, atol)
+    if step_hint is not None and "h" in step_hint:
+        h = step_hint["h"]
+    else:
+        h = _initial_step(f, y, k1, tc, direction, rtol, atol)
     ys, steps = [y0], 0
     for i in range(1, len(t)):
         interval_steps = 0
@@ -119,4 +125,6 @@ def dopri5(fun, y0, t, rtol, atol, max_steps):
                 h = abs(getval(step)) * 0.2
         steps += interval_steps
         ys.append(y)
+    if step_hint is not None:
+        step_hint["h"] = h
     return anp.stack(ys), f.nfe, steps
