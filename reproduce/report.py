@@ -53,6 +53,10 @@ def fmt(x, digits=3):
     return f"{x:.{digits}f}"
 
 
+def minutes(seconds):
+    return f"{seconds / 60:.1f} min" if seconds < 600 else f"{seconds / 60:.0f} min"
+
+
 def table(header, rows):
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(fmt(c) for c in row) + " |" for row in rows]
@@ -380,6 +384,20 @@ def readme_blocks():
     parts.append("Where each run was made, how long it took and every reproduction choice: "
                  "[figures/RESULTS.md](figures/RESULTS.md).")
     blocks["results"] = "\n\n".join(p for p in parts if p)
+    rows = []
+    for name in SECTIONS:
+        for mode, record in sorted(load(name).items()):
+            if name == "mnist" and mode == "full":  # several commands: one row per model below
+                for key, label in MNIST_MODELS:
+                    m = record["results"]["table1"].get(key)
+                    if m and m.get("measured_epoch_seconds"):
+                        rows.append(["mnist", "full", f"{label}, per epoch of 60,000 images: "
+                                     f"`{m['command']}`", m["date"][:10],
+                                     minutes(m["measured_epoch_seconds"])])
+                continue
+            rows.append([name, mode, f"`{record['command']}`", record.get("date", "?")[:10],
+                         minutes(record.get("duration_s", 0))])
+    blocks["durations"] = table(["experiment", "mode", "command", "date", "duration"], rows)
     return blocks
 
 
