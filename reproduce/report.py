@@ -74,7 +74,9 @@ def run_line(record):
             f"({machine.get('platform', '?')}, numpy {machine.get('numpy', '?')}, "
             f"scipy {machine.get('scipy', '?')}, autograd {machine.get('autograd', '?')}"
             + (f", tensorflow {machine['tensorflow']}" if machine.get("tensorflow") else "")
-            + ")")
+            + ")" + (f". Note: {record['results']['note']}"
+                     if isinstance(record.get("results"), dict)
+                     and isinstance(record["results"].get("note"), str) else ""))
 
 
 def choices_block(record):
@@ -158,8 +160,7 @@ def mnist_section(runs):
     return "\n\n".join([
         "## Table 1 and Figure 3: MNIST (Section 3)",
         run_line(record),
-        "Table 1, measured beside published. "
-        + (res.get("note", "") + "." if res.get("note") else ""),
+        "Table 1, measured beside published.",
         mnist_tables(record),
         "Commands of the training runs behind the table:\n\n" + "\n".join(
             f"- {label}: `{res['table1'][key]['command']}` ({res['table1'][key]['date']})"

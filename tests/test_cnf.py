@@ -313,3 +313,12 @@ def test_smoke_run_writes_results_and_resume_reproduces_them(tmp_path):
     assert again["results"]["seconds_per_iteration"] == res["seconds_per_iteration"]
     with pytest.raises(ValueError, match="resume with the same settings"):
         experiment.main(argv + ["--resume", "--method", "dopri5"])
+
+    # a run cut short: evaluate-only reports the checkpoints as they stand, and says so
+    (tmp_path / "ck" / "fig4_U2_cnf8.pkl").unlink()
+    experiment.main(argv + ["--resume", "--evaluate-only"])
+    partial = json.loads((tmp_path / "out" / "results.json").read_text())["results"]
+    assert partial["seconds_per_iteration"]["fig4_U2_cnf8"]["iterations"] == 0
+    assert "fig4_U2_cnf8 0 of" in partial["note"]
+    assert partial["figure4"]["U1"] == res["figure4"]["U1"]  # the trained ones are unchanged
+    assert not (tmp_path / "ck" / "fig4_U2_cnf8.pkl").exists()  # and nothing is written

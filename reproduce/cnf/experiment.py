@@ -70,6 +70,14 @@ def main(argv=None):
     results = {"figure4": fig4["results"], "figure6": fig6["results"],
                "seconds_per_iteration": timing,
                "projected_full_training_s": _projection(timing)}
+    planned = {key: cfg["cnf_iters"] if _kind(key) == "cnf" else cfg["nf_iters"]
+               for key in states}
+    short = {key: f"{timing[key]['iterations']} of {planned[key]}" for key in states
+             if timing[key]["iterations"] < planned[key]}
+    if short:
+        results["note"] = ("partial run: these models stopped before their planned iterations "
+                           "(iterations run of planned): "
+                           + ", ".join(f"{k} {v}" for k, v in short.items()))
     run.save_results(results, choices=choices(run, cfg))
     print(f"wrote {run.path('results.json')} and the figures in {run.out_dir}")
 
@@ -81,6 +89,10 @@ def _extra_args(parser):
     parser.add_argument("--trace", default="exact", choices=("exact", "hutchinson"),
                         help="the CNF's d log p/dt in training: exact (eq. 28) or Hutchinson's "
                              "estimator with one Rademacher vector per sample and solve")
+    parser.add_argument("--evaluate-only", action="store_true",
+                        help="train nothing: evaluate every model as its checkpoint stands "
+                             "(untrained if it has none) and record the iterations each ran; "
+                             "for an honest report of a full run cut short")
     parser.add_argument("--train-only", choices=("nf", "cnf"), default=None,
                         help="train (or, with --resume, continue) only these models and stop: "
                              "two such runs can share two cores; a later --resume run without "

@@ -44,6 +44,8 @@ def fit(run, key, params, loss, optimizer, n_iters, every=100, config=None):
     params, history, stats = state["params"], state["history"], SolverStats()
     objective = value_and_grad(lambda p, step: loss(p, rng, step, stats))
     start, started = state["step"], time.time()
+    if getattr(run.args, "evaluate_only", False):
+        n_iters = start  # evaluate as the checkpoint stands
     steps = range(start, n_iters)
     for step in (run.progress(steps, desc=key, total=len(steps)) if len(steps) else steps):
         stats.reset()
