@@ -23,9 +23,12 @@ import platform
 import shlex
 import sys
 import time
+import zlib
 
 import numpy as np
 from autograd.misc import flatten
+
+from odeint_autograd import SolverStats
 
 MODES = ("smoke", "quick", "full")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -139,6 +142,80 @@ class Checkpoint:
         with open(tmp, "wb") as f:
             pickle.dump(state, f, protocol=pickle.HIGHEST_PROTOCOL)
         os.replace(tmp, self.path)
+
+
+def model_rng(seed, key):
+    """The random generator of one model: fixed by the run's --seed and the model's name."""
+    return np.random.RandomState([seed, zlib.crc32(key.encode())])
+
+
+def fit(run, key, params, objective, optimizer, n_iters, every=100, config=None, rng=None,
+        stopper=None):
+    """Minimise with objective(params, rng, step, stats) -> (loss, grads) for n_iters steps of
+    `optimizer`, resumable to the same numbers.
+
+    The whole state (parameters, optimiser state, the model's random generator - model_rng(seed,
+    key) unless `rng` is given -, loss and NFE history, step, training seconds) is checkpointed
+    every `every` steps and at the end, so that a run killed and restarted with --resume repeats
+    exactly the steps an uninterrupted run would have done. `stats` is a SolverStats the
+    objective may hand to odeint (reset each step). `config` (the settings that shape training)
+    goes into the checkpoint, and resuming one made with other settings or another seed is
+    refused. With --evaluate-only (where an experiment offers it) nothing is trained: the state
+    is returned as the checkpoint stands. `stopper.tick()` runs after every step (tests use it
+    to simulate a kill). Returns the state dict.
+    """
+    config = dict(config or {}, seed=run.seed)
+    ckpt = run.checkpoint(key)
+    state = ckpt.load()
+    if state is None:
+        state = {"params": params, "optimizer": optimizer.state_dict(),
+                 "rng": (rng or model_rng(run.seed, key)).get_state(), "step": 0,
+                 "seconds": 0.0, "history": {"loss": [], "nfe_f": [], "nfe_b": []},
+                 "config": config}
+    elif state.get("config") != config:
+        raise ValueError(f"{ckpt.path} was made with {state.get('config')}, not {config}: "
+                         "resume with the same settings, or use another --checkpoint-dir")
+    optimizer.load_state_dict(state["optimizer"])
+    rng = np.random.RandomState()
+    rng.set_state(state["rng"])
+    params, history, stats = state["params"], state["history"], SolverStats()
+    start, started = state["step"], time.time()
+    if getattr(run.args, "evaluate_only", False):
+        n_iters = start
+    steps = range(start, n_iters)
+    for step in (run.progress(steps, desc=key, total=len(steps)) if len(steps) else steps):
+        stats.reset()
+        value, grads = objective(params, rng, step, stats)
+        if not np.isfinite(value):
+            raise FloatingPointError(f"{key}: the loss became {value} at step {step}")
+        params = optimizer.step(params, grads)
+        history["loss"].append(float(value))
+        history["nfe_f"].append(stats.forward.nfe)
+        history["nfe_b"].append(stats.backward.nfe)
+        run.set_postfix(loss=float(value), nfe_f=stats.forward.nfe, nfe_b=stats.backward.nfe)
+        if (step + 1) % every == 0 or step + 1 == n_iters:
+            state.update(params=params, optimizer=optimizer.state_dict(), rng=rng.get_state(),
+                         step=step + 1, seconds=state["seconds"] + time.time() - started)
+            started = time.time()
+            ckpt.save(state)
+        if stopper is not None:
+            stopper.tick()
+    state["params"] = params
+    return state
+
+
+class StopAfter:
+    """Stops a run after `limit` training steps as if it had been killed (raises
+    KeyboardInterrupt): how tests check that --resume gives the numbers of an uninterrupted run.
+    limit None: never."""
+
+    def __init__(self, limit):
+        self.limit, self.count = limit, 0
+
+    def tick(self):
+        self.count += 1
+        if self.limit is not None and self.count >= self.limit:
+            raise KeyboardInterrupt(f"stopped after {self.count} steps (--stop-after)")
 
 
 class Optimizer:

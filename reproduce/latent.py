@@ -8,13 +8,12 @@ training loop with the solver options and measurements both experiments report.
 Parameters are plain dicts of numpy arrays; every model is a function of them.
 """
 import time
-import zlib
 
 import autograd.numpy as anp
 import numpy as np
 
 from odeint_autograd import SolverStats, odeint
-from reproduce.common import Adam
+from reproduce.common import Adam, fit, model_rng
 
 # ---------------------------------------------------------------------------------------------
 # Activations: an autograd.numpy function (for traced evaluation), and a plain numpy one that
@@ -184,51 +183,25 @@ def solve_union(func, z0, t0, times, args=(), **solver):
 
 
 def train(run, key, init, loss_and_grad, n_iters, lr, stopper, ckpt_every):
-    """Adam on loss_and_grad(params, rng, stats) -> (loss, grads), resumable from checkpoints.
-
-    The checkpoint holds parameters, optimiser state, the model's own RNG state, the history and
-    the step, so that a resumed run continues with exactly the numbers of an uninterrupted one."""
-    ckpt = run.checkpoint(key)
-    state = ckpt.load()
-    opt = Adam(lr)
-    if state is None:
-        rng = np.random.RandomState([run.seed, zlib.crc32(key.encode())])
-        state = {"params": init(rng), "opt": opt.state_dict(), "rng": rng.get_state(),
-                 "history": {"loss": [], "nfe_f": [], "nfe_b": [], "seconds": []}, "step": 0}
-    opt.load_state_dict(state["opt"])
-    rng = np.random.RandomState()
-    rng.set_state(state["rng"])
-    params, hist = state["params"], state["history"]
-    stats = SolverStats()
-    for it in run.progress(range(state["step"], n_iters), desc=key, total=n_iters - state["step"]):
-        start = time.time()
-        stats.reset()
-        loss, grads = loss_and_grad(params, rng, stats)
-        if not np.isfinite(loss):
-            raise FloatingPointError(f"{key}: loss became {loss} at iteration {it}")
-        params = opt.step(params, grads)
-        hist["loss"].append(float(loss))
-        hist["nfe_f"].append(stats.forward.nfe)
-        hist["nfe_b"].append(stats.backward.nfe)
-        hist["seconds"].append(time.time() - start)
-        run.set_postfix(loss=float(loss), nfe_f=stats.forward.nfe, nfe_b=stats.backward.nfe)
-        done = it + 1
-        if done % ckpt_every == 0 or done == n_iters:
-            state.update(params=params, opt=opt.state_dict(), rng=rng.get_state(), step=done)
-            ckpt.save(state)
-        stopper.tick()
-    state.update(params=params, step=n_iters)
-    return state
+    """Adam on loss_and_grad(params, rng, stats) -> (loss, grads) through common.fit (resumable
+    to the same numbers); init(rng) draws the parameters from the model's own generator."""
+    rng = model_rng(run.seed, key)
+    params = init(rng)
+    return fit(run, key, params, lambda p, rng, step, stats: loss_and_grad(p, rng, stats),
+               Adam(lr), n_iters, every=ckpt_every, config={"lr": lr}, rng=rng, stopper=stopper)
 
 
-def training_summary(history):
-    """Iterations, time and mean NFE per iteration of a `train` history."""
+def training_summary(state):
+    """Iterations, time and mean NFE per iteration of a `train` state."""
+    history = state["history"]
+
     def mean(key):
         return float(np.mean(history[key])) if history[key] else None
 
-    return {"iterations": len(history["loss"]), "seconds_total": float(np.sum(history["seconds"])),
-            "seconds_per_iteration": mean("seconds"), "nfe_forward_per_iteration": mean("nfe_f"),
-            "nfe_backward_per_iteration": mean("nfe_b"),
+    steps = state["step"]
+    return {"iterations": steps, "seconds_total": float(state["seconds"]),
+            "seconds_per_iteration": state["seconds"] / steps if steps else None,
+            "nfe_forward_per_iteration": mean("nfe_f"), "nfe_backward_per_iteration": mean("nfe_b"),
             "final_loss": history["loss"][-1] if history["loss"] else None}
 
 
@@ -278,17 +251,3 @@ def measure_solvers(make_objective, params, tols, methods=("adams", "lsoda")):
                              "nfe_forward": stats.forward.nfe,
                              "nfe_backward": stats.backward.nfe})
     return rows
-
-
-class StopAfter:
-    """Stops a run after `limit` training iterations as if it had been killed (raises
-    KeyboardInterrupt); how the tests check that --resume gives the numbers of an uninterrupted
-    run. limit None: never."""
-
-    def __init__(self, limit):
-        self.limit, self.count = limit, 0
-
-    def tick(self):
-        self.count += 1
-        if self.limit is not None and self.count >= self.limit:
-            raise KeyboardInterrupt(f"stopped after {self.count} iterations (--stop-after)")

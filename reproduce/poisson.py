@@ -20,8 +20,8 @@ import numpy as np
 from autograd import value_and_grad
 
 from odeint_autograd import odeint
-from reproduce.common import Run
-from reproduce.latent import (PAPER_TOL, StopAfter, add_run_args, init_mlp,
+from reproduce.common import Run, StopAfter
+from reproduce.latent import (PAPER_TOL, add_run_args, init_mlp,
                               kl_to_standard_normal, measure_solvers, mlp, mlp_vjp, sample_z0,
                               solve_union, solver_from_args, train, training_summary)
 
@@ -285,7 +285,7 @@ def main(argv=None):
             dict(tol=t, **{k: v for k, v in at_t.items() if isinstance(v, float)}))
     figure_8(run.path("fig8.png"), data, curves)
     figure_training(run.path("training.png"), state["history"])
-    results["training"] = training_summary(state["history"])
+    results["training"] = training_summary(state)
     results["solver"] = solver
     choices = dict(CHOICES)
     choices.update({

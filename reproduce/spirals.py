@@ -21,8 +21,8 @@ import numpy as np
 from autograd import value_and_grad
 
 from odeint_autograd import odeint
-from reproduce.common import Run
-from reproduce.latent import (PAPER_TOL, MLPDynamics, StopAfter, add_run_args, encode,
+from reproduce.common import Run, StopAfter
+from reproduce.latent import (PAPER_TOL, MLPDynamics, add_run_args, encode,
                               gaussian_log_density, init_mlp, init_rnn, kl_to_standard_normal,
                               measure_solvers, mlp, rnn_step, sample_z0, solve_union,
                               solver_from_args, time_gaps, train, training_summary)
@@ -455,7 +455,7 @@ def main(argv=None):
                                                dict(solver, rtol=t, atol=t), run.seed + 1))
                         for t in (PAPER_TOL, 1e-6, 1e-5, 1e-4)]
 
-    timing = {f"{m}_n{n}": training_summary(histories[m][n]) for m in MODELS for n in N_OBS}
+    timing = {f"{m}_n{n}": training_summary(states[m, n]) for m in MODELS for n in N_OBS}
     choices = dict(CHOICES)
     choices.update({
         "data size": f"{cfg['n_spirals']} spirals: {len(data['train'])} train, "

@@ -5,12 +5,11 @@ import json
 import autograd.numpy as anp
 import numpy as np
 import pytest
-from autograd import grad, jacobian
+from autograd import grad, jacobian, value_and_grad
 from scipy.stats import multivariate_normal
 
 from reproduce.cnf import experiment, models, targets
-from reproduce.cnf.train import fit
-from reproduce.common import Adam, RMSprop, Run
+from reproduce.common import Adam, RMSprop, Run, fit
 
 TIGHT = dict(rtol=1e-10, atol=1e-10, method="adams")
 
@@ -273,13 +272,13 @@ def test_resume_after_interruption_gives_the_uninterrupted_parameters(tmp_path, 
         return run, params, loss, opt
 
     run, params, loss, opt = setup("straight")
-    straight = fit(run, "m", params, loss, opt, 10, every=3)
+    straight = fit(run, "m", params, value_and_grad(loss), opt, 10, every=3)
 
     run, params, loss, opt = setup("killed", stop_at=7)
     with pytest.raises(Interrupted):
-        fit(run, "m", params, loss, opt, 10, every=3)
+        fit(run, "m", params, value_and_grad(loss), opt, 10, every=3)
     run, params, loss, opt = setup("killed", resume=True)
-    resumed = fit(run, "m", params, loss, opt, 10, every=3)
+    resumed = fit(run, "m", params, value_and_grad(loss), opt, 10, every=3)
 
     assert resumed["step"] == straight["step"] == 10
     assert resumed["history"]["loss"] == straight["history"]["loss"]

@@ -13,11 +13,11 @@ import autograd.numpy as anp
 import numpy as np
 
 from odeint_autograd import SolverStats
+from autograd import value_and_grad
 
-from ..common import Adam, RMSprop, Run
+from ..common import Adam, RMSprop, Run, fit, model_rng
 from . import models, plots
 from .targets import DATASETS, PLOT_LIMIT, TARGETS, log_normaliser
-from .train import fit, model_rng
 
 SIZES = (2, 8, 32)                   # Figure 4: K layers (NF) and M hidden units (CNF)
 WIDTH = 64                           # Figure 6: K = M = 64
@@ -168,7 +168,7 @@ def _train_nf_kl(run, cfg, solver, key, energy, n_layers):
 
     params = models.init_planar(model_rng(run.seed, key + "/init"), n_layers)
     optimizer = RMSprop(cfg["nf_lr"], momentum=0.9)
-    return fit(run, key, params, loss, optimizer, cfg["nf_iters"], every=5_000,
+    return fit(run, key, params, value_and_grad(loss), optimizer, cfg["nf_iters"], every=5_000,
                config={"lr": cfg["nf_lr"], "batch": cfg["batch"], "anneal": anneal})
 
 
@@ -181,7 +181,8 @@ def _train_cnf_kl(run, cfg, solver, key, energy, n_units):
         return anp.mean(log_q + energy(x))
 
     theta = models.init_cnf(model_rng(run.seed, key + "/init"), n_units)
-    return fit(run, key, theta, loss, Adam(cfg["cnf_lr"]), cfg["cnf_iters"], every=100,
+    return fit(run, key, theta, value_and_grad(loss), Adam(cfg["cnf_lr"]), cfg["cnf_iters"],
+               every=100,
                config=_cnf_config(run, cfg, cfg["batch"]))
 
 
@@ -248,7 +249,8 @@ def _train_cnf_ml(run, cfg, solver, key, sample, n_units):
                                                 **solver))
 
     theta = models.init_cnf(model_rng(run.seed, key + "/init"), n_units)
-    return fit(run, key, theta, loss, Adam(cfg["cnf_lr"]), cfg["cnf_iters"], every=100,
+    return fit(run, key, theta, value_and_grad(loss), Adam(cfg["cnf_lr"]), cfg["cnf_iters"],
+               every=100,
                config=_cnf_config(run, cfg, cfg["ml_batch"]))
 
 
@@ -262,7 +264,7 @@ def _train_nf_ml(run, cfg, key, sample, n_layers):
 
     params = models.init_planar(model_rng(run.seed, key + "/init"), n_layers)
     optimizer = RMSprop(cfg["nf_lr"], momentum=0.9)
-    return fit(run, key, params, loss, optimizer, cfg["nf_iters"], every=5_000,
+    return fit(run, key, params, value_and_grad(loss), optimizer, cfg["nf_iters"], every=5_000,
                config={"lr": cfg["nf_lr"], "batch": cfg["ml_batch"]})
 
 

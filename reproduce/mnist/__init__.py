@@ -154,7 +154,9 @@ def _main(run):
     test_set = _subset(mnist["test"], s["n_test"], salt=2)
 
     from .models import make_model
-    from .train import StopAfter, train
+    from reproduce.common import StopAfter
+
+    from .train import train
     stopper = StopAfter(args.stop_after)
     states = {}
     for name in models:

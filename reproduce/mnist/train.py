@@ -13,7 +13,7 @@ import numpy as np
 from autograd import value_and_grad
 from autograd.tracer import getval
 
-from reproduce.common import SGD
+from reproduce.common import SGD, StopAfter
 
 from . import data as D
 from .models import cross_entropy, n_params
@@ -45,19 +45,6 @@ def evaluate(model, params, images, labels, batch_size):
         loss += float(cross_entropy(logits, y)) * n
     return {"test_error_pct": 100.0 * wrong / len(images), "test_loss": loss / len(images),
             "test_nfe_forward": None if nfe[0] is None else float(np.mean(nfe))}
-
-
-class StopAfter:
-    """Raises KeyboardInterrupt after `limit` training batches, as if the run had been killed
-    (how the tests check that --resume gives the numbers of an uninterrupted run)."""
-
-    def __init__(self, limit=None):
-        self.limit, self.count = limit, 0
-
-    def tick(self):
-        self.count += 1
-        if self.limit is not None and self.count >= self.limit:
-            raise KeyboardInterrupt(f"stopped after {self.count} batches (--stop-after)")
 
 
 def fresh_state(model, seed, config):
