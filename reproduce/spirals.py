@@ -409,8 +409,16 @@ def figure_training(path, histories):
 # ---------------------------------------------------------------------------------------------
 
 
+def add_args(parser):
+    add_run_args(parser)
+    parser.add_argument("--train-only-n", type=int, nargs="+", choices=N_OBS, default=None,
+                        help="train (or, with --resume, continue) only the models for these "
+                             "numbers of observed points and stop: two such runs can share two "
+                             "cores; a later --resume run without it then only evaluates")
+
+
 def main(argv=None):
-    run = Run("spirals", argv, description=__doc__.split("\n\n")[0], extra_args=add_run_args)
+    run = Run("spirals", argv, description=__doc__.split("\n\n")[0], extra_args=add_args)
     cfg = run.pick(
         smoke=dict(n_spirals=40, iters={"rnn": 5, "rnn_dt": 5, "latent_ode": 5}, tol=1e-5,
                    ckpt_every=2),  # the tests' resume check relies on these three numbers
@@ -424,7 +432,7 @@ def main(argv=None):
     stopper = StopAfter(run.args.stop_after)
     lr = {"rnn": 1e-3, "rnn_dt": 1e-3, "latent_ode": 1e-2}
     states, table = {}, {}
-    for n in N_OBS:
+    for n in run.args.train_only_n or N_OBS:
         xs, times = observed(data, n, data["train"])
         for model in MODELS:
             if model == "latent_ode":
@@ -441,6 +449,9 @@ def main(argv=None):
             print(f"spirals: {LABELS[model]:10s} n = {n:3d}: " + ", ".join(
                 f"{k} {v:.4f}" for k, v in table[model][n].items()), flush=True)
 
+    if run.args.train_only_n:
+        print(f"spirals: trained n = {run.args.train_only_n}; checkpoints in {run.ckpt_dir}")
+        return 0
     histories = {m: {n: states[m, n]["history"] for n in N_OBS} for m in MODELS}
     figure_9(run.path("fig9.png"), data, {m: states[m, 30]["params"] for m in MODELS}, solver,
              run.seed + 2)

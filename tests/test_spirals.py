@@ -238,3 +238,17 @@ def test_smoke_run_writes_results_and_resume_gives_the_same_numbers(tmp_path):
     assert resumed["results"]["table2_rmse"] == table
     losses = {k: v["final_loss"] for k, v in record["results"]["training"].items()}
     assert {k: v["final_loss"] for k, v in resumed["results"]["training"].items()} == losses
+
+
+@pytest.mark.slow
+def test_training_split_by_n_then_gathered_gives_the_numbers_of_one_run(tmp_path):
+    assert _run(tmp_path, "whole") == 0
+    table = json.loads((tmp_path / "whole" / "results.json").read_text())["results"]["table2_rmse"]
+    assert _run(tmp_path, "byn", "--resume", "--train-only-n", "100") == 0
+    assert not (tmp_path / "byn" / "results.json").exists()
+    assert sorted(p.name for p in (tmp_path / "byn_ckpt").iterdir()) == [
+        "latent_ode_n100.pkl", "rnn_dt_n100.pkl", "rnn_n100.pkl"]
+    assert _run(tmp_path, "byn", "--resume", "--train-only-n", "30", "50") == 0
+    assert _run(tmp_path, "byn", "--resume") == 0
+    gathered = json.loads((tmp_path / "byn" / "results.json").read_text())["results"]
+    assert gathered["table2_rmse"] == table
