@@ -85,6 +85,9 @@ def odeint(func, y0, t, args=(), *, rtol=DEFAULT_TOL, atol=DEFAULT_TOL, method="
         raise ValueError(f"func must be callable, not {type(func).__name__}")
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+    if not (isinstance(args, (list, tuple)) or isinstance(args, SequenceBox)):
+        raise ValueError(f"args must be a tuple of the extra arguments of func, not "
+                         f"{type(args).__name__}: write args=(theta,) for a single one")
     y0, t = _check_y0(y0), _check_t(t)
     _check_tolerances(rtol, atol, "rtol", "atol")
     if not (isinstance(max_steps, (int, np.integer)) and max_steps > 0):

@@ -72,6 +72,8 @@ def test_bad_initial_state(y0, match):
     (dict(method="rk4", adjoint_rtol=1e-3), "adjoint_rtol applies"),
     (dict(method="dopri5", checkpoints=3), "checkpoints applies"),
     (dict(method="dopri5", adjoint_seminorm=True), "adjoint_seminorm applies"),
+    (dict(args=0.5), "args must be a tuple"),
+    (dict(args=np.ones(3)), "args must be a tuple"),
 ])
 def test_bad_options(options, match):
     with pytest.raises(ValueError, match=match):
