@@ -205,6 +205,17 @@ def training_summary(state):
             "final_loss": history["loss"][-1] if history["loss"] else None}
 
 
+def partial_note(summaries, planned):
+    """The results' note on models that ran fewer than their planned iterations, or None.
+    summaries: key -> training_summary; planned: key -> iterations."""
+    short = [f"{key} {s['iterations']} of {planned[key]}" for key, s in summaries.items()
+             if s["iterations"] < planned[key]]
+    if short:
+        return ("partial run: these models stopped before their planned iterations "
+                "(iterations run of planned): " + ", ".join(short))
+    return None
+
+
 def add_run_args(parser):
     """The options both latent-ODE experiments take: the solver and the kill simulation."""
     parser.add_argument("--method", default="adams", choices=["adams", "lsoda"],
@@ -213,6 +224,10 @@ def add_run_args(parser):
                         help="rtol = atol of every solve (default: the mode's)")
     parser.add_argument("--no-seminorm", action="store_true",
                         help="full norm in the adjoint's error control")
+    parser.add_argument("--evaluate-only", action="store_true",
+                        help="train nothing: evaluate each model as its checkpoint stands (with "
+                             "--resume) and record the iterations each ran; for an honest "
+                             "report of a full run cut short")
     parser.add_argument("--stop-after", type=int, default=None,
                         help="stop after this many training iterations as if killed (to test "
                              "--resume)")

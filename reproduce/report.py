@@ -171,19 +171,35 @@ def mnist_section(runs):
 
 
 def cnf_tables(record):
+    """Figure 4 and 6 tables; a model trained for fewer than its planned iterations (a full run
+    cut short) has its cell marked with the iterations it ran."""
     res = record["results"]
+    iterations = res.get("iterations", {})
+
+    def cell(value, key):
+        it = iterations.get(key)
+        if it is None or it["run"] >= it["planned"]:
+            return value
+        if it["run"] == 0:
+            return f"{fmt(value)} (untrained)"
+        return f"{fmt(value)} ({it['run']:,} of {it['planned']:,} it.)"
+
     rows = []
     for target, entry in res["figure4"].items():
         for kind, label in (("nf", "planar NF (K layers)"), ("cnf", "planar CNF (M units)")):
             cells = entry[kind]
-            rows.append([target, label] + [cells[k]["kl"] for k in sorted(cells, key=int)])
+            rows.append([target, label] + [cell(cells[k]["kl"], f"fig4_{target}_{kind}{k}")
+                                           for k in sorted(cells, key=int)])
     sizes = sorted(next(iter(res["figure4"].values()))["nf"], key=int)
     fig4 = table(["target", "model"] + [f"K = M = {k}" for k in sizes], rows)
     rows = []
     for dataset, entry in res["figure6"].items():
         ll = entry["test_log_likelihood"]
         rec = entry.get("reconstruction", {}).get("training_tolerance", {})
-        rows.append([dataset.replace("_", " "), ll["cnf"]["mean"], ll["nf"]["mean"],
+        key = {kind: next((k for k in iterations if k.startswith(f"fig6_{dataset}_{kind}")),
+                          None) for kind in ("cnf", "nf")}
+        rows.append([dataset.replace("_", " "), cell(ll["cnf"]["mean"], key["cnf"]),
+                     cell(ll["nf"]["mean"], key["nf"]),
                      rec.get("max_abs_error"), rec.get("tolerance")])
     fig6 = table(["dataset", "CNF test log-lik.", "NF test log-lik.",
                   "CNF forward+backward max error", "at tolerance"], rows)

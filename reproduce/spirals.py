@@ -24,7 +24,7 @@ from odeint_autograd import odeint
 from reproduce.common import Run, StopAfter
 from reproduce.latent import (PAPER_TOL, MLPDynamics, add_run_args, encode,
                               gaussian_log_density, init_mlp, init_rnn, kl_to_standard_normal,
-                              measure_solvers, mlp, rnn_step, sample_z0, solve_union,
+                              measure_solvers, mlp, partial_note, rnn_step, sample_z0, solve_union,
                               solver_from_args, time_gaps, train, training_summary)
 
 N_OBS = (30, 50, 100)
@@ -478,7 +478,9 @@ def main(argv=None):
                                "and adjoint norm; tolerance_effect_latent_ode_n30: its test "
                                "RMSE and ELBO (same noise) evaluated at each tolerance",
     })
+    note = partial_note(timing, {f"{m}_n{n}": cfg["iters"][m] for m in MODELS for n in N_OBS})
     run.save_results({
+        **({"note": note} if note else {}),
         "table2_rmse": {LABELS[m]: {str(n): table[m][n] for n in N_OBS} for m in MODELS},
         "figure10": fig10,
         "training": timing,

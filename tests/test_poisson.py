@@ -113,8 +113,14 @@ def test_smoke_run_writes_results_and_resumes(tmp_path):
         assert np.isfinite(res[key])
     assert "true intensity" in record["choices"]
     assert (tmp_path / "whole" / "fig8.png").stat().st_size > 10_000
+    assert "note" not in res
     with pytest.raises(KeyboardInterrupt):
         _run(tmp_path, "split", "--stop-after", "3")  # last checkpoint at 2
+    # a run cut short, reported as it stands: the note says how far it got
+    assert _run(tmp_path, "split", "--resume", "--evaluate-only") == 0
+    cut = json.loads((tmp_path / "split" / "results.json").read_text())["results"]
+    assert cut["training"]["iterations"] == 2
+    assert "latent_ode 2 of 5" in cut["note"]
     assert _run(tmp_path, "split", "--resume") == 0
     resumed = json.loads((tmp_path / "split" / "results.json").read_text())["results"]
     for key in ("intensity_relative_l2_error", "elbo_per_sequence"):

@@ -67,3 +67,18 @@ def test_published_numbers_are_read_by_the_report_only():
             if any("published" in n for n in names):
                 readers.append(os.path.relpath(path, ROOT))
     assert readers == [os.path.join("reproduce", "report.py")]
+
+
+def test_report_marks_models_a_cut_short_run_did_not_finish():
+    from reproduce.report import cnf_tables
+    kl = {"nf": {"2": {"kl": 0.5}}, "cnf": {"2": {"kl": 0.25}}}
+    ll = {"test_log_likelihood": {"cnf": {"mean": -2.5}, "nf": {"mean": -3.125}}}
+    iterations = {"fig4_U1_nf2": {"run": 500_000, "planned": 500_000},
+                  "fig4_U1_cnf2": {"run": 2_300, "planned": 10_000},
+                  "fig6_moons_cnf64": {"run": 0, "planned": 10_000},
+                  "fig6_moons_nf64": {"run": 500_000, "planned": 500_000}}
+    fig4, fig6 = cnf_tables({"results": {"figure4": {"U1": kl}, "figure6": {"moons": ll},
+                                         "iterations": iterations}})
+    assert "| U1 | planar NF (K layers) | 0.500 |" in fig4
+    assert "| U1 | planar CNF (M units) | 0.250 (2,300 of 10,000 it.) |" in fig4
+    assert "| moons | -2.500 (untrained) | -3.125 |" in fig6

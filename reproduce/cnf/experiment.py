@@ -72,6 +72,8 @@ def main(argv=None):
                "projected_full_training_s": _projection(timing)}
     planned = {key: cfg["cnf_iters"] if _kind(key) == "cnf" else cfg["nf_iters"]
                for key in states}
+    results["iterations"] = {key: {"run": timing[key]["iterations"], "planned": planned[key]}
+                             for key in states}
     short = {key: f"{timing[key]['iterations']} of {planned[key]}" for key in states
              if timing[key]["iterations"] < planned[key]}
     if short:

@@ -147,7 +147,11 @@ def training_curves(path, histories):
         ax.set_xlabel("iteration")
         ax.set_ylabel("training loss")
         ax.set_title(group.replace("_", " "), fontsize=9)
-        ax.legend(fontsize=7)
+        if ax.get_legend_handles_labels()[1]:
+            ax.legend(fontsize=7)
+        else:
+            ax.text(0.5, 0.5, "not trained in this run", ha="center", va="center",
+                    transform=ax.transAxes)
     fig.suptitle("Training curves (Figure 4: E_q[log q + U], NF annealed at first; "
                  "Figure 6: -log-likelihood)")
     fig.tight_layout()
