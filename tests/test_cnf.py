@@ -319,5 +319,8 @@ def test_smoke_run_writes_results_and_resume_reproduces_them(tmp_path):
     partial = json.loads((tmp_path / "out" / "results.json").read_text())["results"]
     assert partial["seconds_per_iteration"]["fig4_U2_cnf8"]["iterations"] == 0
     assert "fig4_U2_cnf8 0 of" in partial["note"]
+    assert partial["iterations"]["fig4_U2_cnf8"]["run"] == 0
+    assert partial["iterations"]["fig4_U1_cnf8"]["run"] == partial["iterations"]["fig4_U1_cnf8"][
+        "planned"]
     assert partial["figure4"]["U1"] == res["figure4"]["U1"]  # the trained ones are unchanged
     assert not (tmp_path / "ck" / "fig4_U2_cnf8.pkl").exists()  # and nothing is written

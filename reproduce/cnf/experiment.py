@@ -70,8 +70,7 @@ def main(argv=None):
     results = {"figure4": fig4["results"], "figure6": fig6["results"],
                "seconds_per_iteration": timing,
                "projected_full_training_s": _projection(timing)}
-    planned = {key: cfg["cnf_iters"] if _kind(key) == "cnf" else cfg["nf_iters"]
-               for key in states}
+    planned = {key: _planned(cfg, key) for key in states}
     results["iterations"] = {key: {"run": timing[key]["iterations"], "planned": planned[key]}
                              for key in states}
     short = {key: f"{timing[key]['iterations']} of {planned[key]}" for key in states
@@ -152,6 +151,7 @@ def density_matching(run, cfg, solver, states):
                 key = f"fig4_{name}_{kind}{size}"
                 row[kind][size], panel[kind][size] = _evaluate_kl(
                     run, cfg, solver, key, kind, states[key]["params"], energy, log_z, xy)
+                panel[kind][size]["progress"] = _progress(cfg, key, states[key])
         results[name], panels[name] = row, panel
     return {"results": results, "panels": panels}
 
@@ -223,6 +223,19 @@ def _evaluate_kl(run, cfg, solver, key, kind, params, energy, log_z, xy):
 # Figure 6
 
 
+def _planned(cfg, key):
+    return cfg["cnf_iters"] if _kind(key) == "cnf" else cfg["nf_iters"]
+
+
+def _progress(cfg, key, state):
+    """None for a model trained for all its planned iterations, else what the figures write on
+    its panels: 'untrained' or 'N of M it.'."""
+    planned = _planned(cfg, key)
+    if state["step"] >= planned:
+        return None
+    return "untrained" if state["step"] == 0 else f"{state['step']:,} of {planned:,} it."
+
+
 def maximum_likelihood(run, cfg, solver, states):
     grid, xy = _grid(PLOT_LIMIT, cfg["grid"])
     results, panels = {}, {}
@@ -238,6 +251,9 @@ def maximum_likelihood(run, cfg, solver, states):
             "reconstruction": _reconstruction(run, cfg, solver, cnf_key, theta)}
         panels[name] = _figure6_panels(run, cfg, solver, cnf_key, theta, params, sample, grid,
                                        xy)
+        panels[name]["progress"] = {kind: _progress(cfg, f"fig6_{name}_{kind}{WIDTH}",
+                                                    states[f"fig6_{name}_{kind}{WIDTH}"])
+                                    for kind in ("cnf", "nf")}
     return {"results": results, "panels": panels}
 
 

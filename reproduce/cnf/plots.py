@@ -23,6 +23,13 @@ def _scatter(ax, grid, points, title=None, color="C0"):
     _frame(ax, grid, title)
 
 
+def _mark(ax, progress):
+    """Write on a panel how far its model was trained, when a run was cut short."""
+    if progress:
+        ax.text(0.5, 0.04, progress, color="w", ha="center", va="bottom", fontsize=7,
+                transform=ax.transAxes, bbox=dict(facecolor="k", alpha=0.5, linewidth=0))
+
+
 def _frame(ax, grid, title):
     ax.set_xticks([])
     ax.set_yticks([])
@@ -45,6 +52,8 @@ def _figure4_layout(panels, draw, title, path, results=None):
             draw(axes[r, 1 + c], p, "nf", size, f"NF K={size}" if r == 0 else None)
             draw(axes[r, 1 + len(sizes) + c], p, "cnf", size,
                  f"CNF M={size}" if r == 0 else None)
+            _mark(axes[r, 1 + c], p["nf"][size].get("progress"))
+            _mark(axes[r, 1 + len(sizes) + c], p["cnf"][size].get("progress"))
         if results is not None:
             _loss_panel(axes[r, -1], results[name], first=(r == 0))
     fig.suptitle(title)
@@ -112,6 +121,10 @@ def figure6(path, panels, results):
         bottom[0].set_ylabel("Samples")
         top[-1].set_title(f"NF (test LL {ll['nf']['mean']:.2f})", fontsize=9)
         top[-3].set_title(f"CNF 100% (test LL {ll['cnf']['mean']:.2f})", fontsize=9)
+        progress = p.get("progress", {})
+        for c in range(len(fractions)):
+            _mark(top[c], progress.get("cnf"))
+        _mark(top[-1], progress.get("nf"))
     fig.suptitle("Figure 6 (Chen et al. 2018): CNF (M=64) and NF (K=64) trained by maximum "
                  "likelihood")
     fig.tight_layout()
