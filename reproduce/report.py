@@ -251,6 +251,8 @@ def spirals_section(runs):
         "below.",
         spirals_tables(record),
         figure_links(record, ["fig9.png", "fig10.png", "training.png"]),
+        solver_speed_block(record["results"].get("solver_speed_latent_ode_n30"),
+                           "the trained n = 30 latent ODE"),
         choices_block(record)])
 
 
@@ -263,16 +265,32 @@ def poisson_section(runs):
              res["intensity_relative_l2_error"]],
             ["relative L2 error, extrapolated beyond the window",
              res["extrapolated_intensity_relative_l2_error"]],
-            ["log-likelihood per sequence: learned intensity", res["log_likelihood_at_posterior_mean"]],
+            ["log-likelihood per sequence: learned intensity",
+             res["log_likelihood_at_posterior_mean"]],
             ["log-likelihood per sequence: true intensity", res["log_likelihood_true_intensity"]],
-            ["log-likelihood per sequence: constant-rate fit", res["log_likelihood_constant_rate_fit"]]]
+            ["log-likelihood per sequence: constant-rate fit",
+             res["log_likelihood_constant_rate_fit"]]]
     return "\n\n".join([
         "## Figure 8: latent ODE Poisson process likelihood (Section 5)",
         run_line(record),
         table(["measured", "value"], rows),
         f"Published (Figure 8, no numbers given): {published.FIGURE8}.",
         figure_links(record, ["fig8.png", "training.png"]),
+        solver_speed_block(res.get("solver_speed"), "the trained model"),
         choices_block(record)])
+
+
+def solver_speed_block(rows, model):
+    """The latent experiments' solver measurements: one training gradient per solver setting."""
+    if not rows:
+        return ""
+    return "\n\n".join([
+        f"One training gradient of {model} per solver setting (seconds on the run's machine, "
+        "NFE of the forward and the backward solves):",
+        table(["method", "adjoint solved by", "tol", "seminorm", "seconds", "NFE fwd", "NFE bwd"],
+              [[r["method"], r.get("adjoint_method", r["method"]), f"{r['tol']:.1e}",
+                "yes" if r["seminorm"] else "no", r["seconds"], r["nfe_forward"],
+                r["nfe_backward"]] for r in rows])])
 
 
 # ---------------------------------------------------------------- benchmarks
