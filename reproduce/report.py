@@ -395,6 +395,20 @@ def update_readme_blocks(blocks, path=os.path.join(ROOT, "README.md")):
         f.write(text)
 
 
+def training_seconds(record):
+    """The training time the checkpoints recorded (a run that resumed finished models reports
+    only its own duration), summed over the models; None where the results do not say."""
+    res = record.get("results", {})
+    if "training" in res:  # latent experiments: one summary, or one per model
+        summaries = res["training"]
+        summaries = [summaries] if "seconds_total" in summaries else list(summaries.values())
+        return sum(s.get("seconds_total") or 0 for s in summaries)
+    if "seconds_per_iteration" in res:  # cnf
+        return sum(v["iterations"] * v["seconds_per_iteration"]
+                   for v in res["seconds_per_iteration"].values())
+    return None
+
+
 def readme_blocks():
     blocks = {"benchmarks": "\n\n".join(["### Spiral demo: against autograd and torchdiffeq",
                                          spiral_demo_block(), "### Memory: adjoint O(1), "
@@ -430,8 +444,12 @@ def readme_blocks():
                                      f"`{m['command']}`", m["date"][:10],
                                      minutes(m["measured_epoch_seconds"])])
                 continue
+            duration = minutes(record.get("duration_s", 0))
+            trained = training_seconds(record) or 0
+            if trained > record.get("duration_s", 0):  # it evaluated models trained before
+                duration += f" (+ the models' training in earlier runs: {minutes(trained)})"
             rows.append([name, mode, f"`{record['command']}`", record.get("date", "?")[:10],
-                         minutes(record.get("duration_s", 0))])
+                         duration])
     blocks["durations"] = table(["experiment", "mode", "command", "date", "duration"], rows)
     return blocks
 
