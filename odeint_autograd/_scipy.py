@@ -90,6 +90,12 @@ def _exclusive(method):
             _owner = None
 
 
+def _all_finite(f):
+    """Whether a 1-D float array holds no nan or inf: f.f is nan or inf if any entry is (or if it
+    overflows, when the entry-wise check decides); one BLAS pass instead of a boolean array."""
+    return bool(np.isfinite(np.dot(f, f)) or np.isfinite(f).all())
+
+
 class _Guarded:
     """The dynamics as the compiled solver sees them: counted, checked, never raising."""
 
@@ -103,7 +109,7 @@ class _Guarded:
         self.nfe += 1
         try:
             f = self.fun(y, t)
-            if not np.all(np.isfinite(f)):
+            if not _all_finite(f):
                 raise ODESolverError(f"the dynamics returned non-finite values (evaluation "
                                      f"{self.nfe}); the solution may blow up before this time",
                                      t=float(t))
