@@ -69,8 +69,11 @@ def run_line(record):
     if machine.get("gpus"):
         where += ", GPU " + ", ".join(machine["gpus"])
     duration = record.get("duration_s", 0)
+    trained = training_seconds(record) or 0
+    earlier = (f" (+ {minutes(trained)} of training in the earlier runs it resumed)"
+               if trained > duration else "")
     return (f"**{record['mode']}** run: `{record['command']}` (seed {record.get('seed')}), "
-            f"{record.get('date', '?')}, {duration / 60:.1f} min on {where} "
+            f"{record.get('date', '?')}, {duration / 60:.1f} min{earlier} on {where} "
             f"({machine.get('platform', '?')}, numpy {machine.get('numpy', '?')}, "
             f"scipy {machine.get('scipy', '?')}, autograd {machine.get('autograd', '?')}"
             + (f", tensorflow {machine['tensorflow']}" if machine.get("tensorflow") else "")
@@ -210,9 +213,20 @@ def cnf_section(runs):
     record = best(runs)
     if record is None:
         return "## Figures 4 and 6: continuous normalizing flows\n\nNot run yet."
+    section = _cnf_record_section(record)
+    if record["mode"] == "full" and record["results"].get("note") and "quick" in runs:
+        section += ("\n\nThe full run above was cut short; below, the quick run, whose models "
+                    "all finished their (shortened) training.\n\n"
+                    + _cnf_record_section(runs["quick"], heading=False))
+    return section
+
+
+def _cnf_record_section(record, heading=True):
     fig4, fig6 = cnf_tables(record)
+    title = ("## Figures 4 and 6: continuous normalizing flows (Section 4.1)" if heading
+             else "### The quick run")
     return "\n\n".join([
-        "## Figures 4 and 6: continuous normalizing flows (Section 4.1)",
+        title,
         run_line(record),
         "Figure 4, density matching: KL(q || p) in nats after training (lower is better; "
         "estimated on fresh samples, log Z by quadrature).",
