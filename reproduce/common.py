@@ -204,6 +204,24 @@ def fit(run, key, params, objective, optimizer, n_iters, every=100, config=None,
     return state
 
 
+def progress_label(done, planned):
+    """How far a model trained, for tables and figure panels: None when it finished its planned
+    iterations, else 'untrained' or 'N of M it.'."""
+    if done >= planned:
+        return None
+    return "untrained" if done == 0 else f"{done:,} of {planned:,} it."
+
+
+def partial_note(iterations):
+    """The results' note on a run cut short, or None. iterations: key -> (done, planned)."""
+    short = [f"{key} {done} of {planned}" for key, (done, planned) in iterations.items()
+             if done < planned]
+    if short:
+        return ("partial run: these models stopped before their planned iterations "
+                "(iterations run of planned): " + ", ".join(short))
+    return None
+
+
 class StopAfter:
     """Stops a run after `limit` training steps as if it had been killed (raises
     KeyboardInterrupt): how tests check that --resume gives the numbers of an uninterrupted run.

@@ -205,17 +205,6 @@ def training_summary(state):
             "final_loss": history["loss"][-1] if history["loss"] else None}
 
 
-def partial_note(summaries, planned):
-    """The results' note on models that ran fewer than their planned iterations, or None.
-    summaries: key -> training_summary; planned: key -> iterations."""
-    short = [f"{key} {s['iterations']} of {planned[key]}" for key, s in summaries.items()
-             if s["iterations"] < planned[key]]
-    if short:
-        return ("partial run: these models stopped before their planned iterations "
-                "(iterations run of planned): " + ", ".join(short))
-    return None
-
-
 def add_run_args(parser):
     """The options both latent-ODE experiments take: the solver and the kill simulation."""
     parser.add_argument("--method", default="adams", choices=["adams", "lsoda"],

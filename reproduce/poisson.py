@@ -20,10 +20,10 @@ import numpy as np
 from autograd import value_and_grad
 
 from odeint_autograd import odeint
-from reproduce.common import Run, StopAfter
-from reproduce.latent import (PAPER_TOL, add_run_args, init_mlp,
-                              kl_to_standard_normal, measure_solvers, mlp, mlp_vjp, partial_note,
-                              sample_z0, solve_union, solver_from_args, train, training_summary)
+from reproduce.common import Run, StopAfter, partial_note
+from reproduce.latent import (PAPER_TOL, add_run_args, init_mlp, kl_to_standard_normal,
+                              measure_solvers, mlp, mlp_vjp, sample_z0, solve_union,
+                              solver_from_args, train, training_summary)
 
 LATENT, HIDDEN_MLP = 4, 20
 DATA_SEED = 0
@@ -286,7 +286,7 @@ def main(argv=None):
     figure_8(run.path("fig8.png"), data, curves)
     figure_training(run.path("training.png"), state["history"])
     results["training"] = training_summary(state)
-    note = partial_note({"latent_ode": results["training"]}, {"latent_ode": cfg["iters"]})
+    note = partial_note({"latent_ode": (state["step"], cfg["iters"])})
     if note:
         results["note"] = note
     results["solver"] = solver

@@ -12,7 +12,7 @@ import os
 import re
 
 from reproduce import published
-from reproduce.common import ROOT
+from reproduce.common import ROOT, progress_label
 
 FIGURES = os.path.join(ROOT, "figures")
 
@@ -68,12 +68,8 @@ def run_line(record):
     where = f"{machine.get('cpus', '?')} CPUs"
     if machine.get("gpus"):
         where += ", GPU " + ", ".join(machine["gpus"])
-    duration = record.get("duration_s", 0)
-    trained = training_seconds(record) or 0
-    earlier = (f" (+ {minutes(trained)} of training in the earlier runs it resumed)"
-               if trained > duration else "")
     return (f"**{record['mode']}** run: `{record['command']}` (seed {record.get('seed')}), "
-            f"{record.get('date', '?')}, {duration / 60:.1f} min{earlier} on {where} "
+            f"{record.get('date', '?')}, {duration_text(record)} on {where} "
             f"({machine.get('platform', '?')}, numpy {machine.get('numpy', '?')}, "
             f"scipy {machine.get('scipy', '?')}, autograd {machine.get('autograd', '?')}"
             + (f", tensorflow {machine['tensorflow']}" if machine.get("tensorflow") else "")
@@ -181,11 +177,8 @@ def cnf_tables(record):
 
     def cell(value, key):
         it = iterations.get(key)
-        if it is None or it["run"] >= it["planned"]:
-            return value
-        if it["run"] == 0:
-            return f"{fmt(value)} (untrained)"
-        return f"{fmt(value)} ({it['run']:,} of {it['planned']:,} it.)"
+        label = it and progress_label(it["run"], it["planned"])
+        return f"{fmt(value)} ({label})" if label else value
 
     rows = []
     for target, entry in res["figure4"].items():
@@ -209,15 +202,26 @@ def cnf_tables(record):
     return fig4, fig6
 
 
-def cnf_section(runs):
+def cnf_records(runs):
+    """The CNF runs to show: the best one, and the quick one beside a full run cut short (whose
+    models did not all train)."""
     record = best(runs)
     if record is None:
-        return "## Figures 4 and 6: continuous normalizing flows\n\nNot run yet."
-    section = _cnf_record_section(record)
+        return []
     if record["mode"] == "full" and record["results"].get("note") and "quick" in runs:
+        return [record, runs["quick"]]
+    return [record]
+
+
+def cnf_section(runs):
+    records = cnf_records(runs)
+    if not records:
+        return "## Figures 4 and 6: continuous normalizing flows\n\nNot run yet."
+    section = _cnf_record_section(records[0])
+    if len(records) > 1:
         section += ("\n\nThe full run above was cut short; below, the quick run, whose models "
                     "all finished their (shortened) training.\n\n"
-                    + _cnf_record_section(runs["quick"], heading=False))
+                    + _cnf_record_section(records[1], heading=False))
     return section
 
 
@@ -357,6 +361,12 @@ def tf_overhead_block():
         "time, and the project's glue.",
         table(["phase", "wall s", "TF share", "scipy share", "glue share", "NFE",
                "scipy ms/step"], rows),
+        "scipy alone, the same solver on states of the forward's and the backward's size with "
+        "dynamics that cost nothing (dy/dt = -y):",
+        table(["state", "numbers", "scipy ms/step", "ns per number per step"],
+              [[name.replace("_", " "), r["size"], r["scipy_ms_per_step"],
+                1e6 * r["scipy_ms_per_step"] / r["size"]]
+               for name, r in data.get("scipy_alone", {}).items()]),
         f"One backward augmented evaluation takes {data['backward_evaluation_over_fused_call']:.2f}"
         f"x one fused TensorFlow value+VJP call timed on its own, back to back "
         f"({data['fused_value_vjp_call_ms']:.1f} ms; target <= 1.1x), and "
@@ -414,17 +424,23 @@ def update_readme_blocks(blocks, path=os.path.join(ROOT, "README.md")):
 
 
 def training_seconds(record):
-    """The training time the checkpoints recorded (a run that resumed finished models reports
-    only its own duration), summed over the models; None where the results do not say."""
+    """The training time the checkpoints recorded, summed over the models (0 where the results
+    do not say): a run that resumed finished models reports only its own duration."""
     res = record.get("results", {})
     if "training" in res:  # latent experiments: one summary, or one per model
         summaries = res["training"]
         summaries = [summaries] if "seconds_total" in summaries else list(summaries.values())
         return sum(s.get("seconds_total") or 0 for s in summaries)
-    if "seconds_per_iteration" in res:  # cnf
-        return sum(v["iterations"] * v["seconds_per_iteration"]
-                   for v in res["seconds_per_iteration"].values())
-    return None
+    return sum(v["seconds"] for v in res.get("seconds_per_iteration", {}).values())  # cnf
+
+
+def duration_text(record):
+    """The run's own duration, and the training in earlier runs when it resumed trained models."""
+    duration, trained = record.get("duration_s", 0), training_seconds(record)
+    text = minutes(duration)
+    if trained > duration:
+        text += f" (+ {minutes(trained)} of training in the earlier runs it resumed)"
+    return text
 
 
 def readme_blocks():
@@ -433,7 +449,7 @@ def readme_blocks():
                                          "direct backprop O(steps)", memory_block()]),
               "tf_overhead": tf_overhead_block()}
     parts = []
-    mnist, cnf, spirals = (best(load(n)) for n in ("mnist", "cnf", "spirals"))
+    mnist, spirals = (best(load(n)) for n in ("mnist", "spirals"))
     if mnist:
         parts += [f"**Table 1, MNIST** ({mnist['mode']}: `{mnist['command']}`)",
                   mnist_tables(mnist), image(mnist, "figure3.png", "Figure 3")]
@@ -441,11 +457,7 @@ def readme_blocks():
         parts += [f"**Table 2, spirals**: extrapolation RMSE against noisy / noise-free test "
                   f"points ({spirals['mode']}: `{spirals['command']}`)", spirals_tables(spirals),
                   image(spirals, "fig9.png", "Figure 9")]
-    cnf_runs = load("cnf")
-    # a full run cut short is shown with the quick run beside it, whose models all trained
-    shown = [cnf] + ([cnf_runs["quick"]] if cnf and cnf["mode"] == "full" and "quick" in cnf_runs
-                     and cnf["results"].get("note") else [])
-    for record in filter(None, shown):
+    for record in cnf_records(load("cnf")):
         fig4, fig6 = cnf_tables(record)
         parts += [f"**Figure 4, density matching**: KL(q || p) ({record['mode']}: "
                   f"`{record['command']}`)", fig4,
@@ -466,12 +478,8 @@ def readme_blocks():
                                      f"`{m['command']}`", m["date"][:10],
                                      minutes(m["measured_epoch_seconds"])])
                 continue
-            duration = minutes(record.get("duration_s", 0))
-            trained = training_seconds(record) or 0
-            if trained > record.get("duration_s", 0):  # it evaluated models trained before
-                duration += f" (+ the models' training in earlier runs: {minutes(trained)})"
             rows.append([name, mode, f"`{record['command']}`", record.get("date", "?")[:10],
-                         duration])
+                         duration_text(record)])
     blocks["durations"] = table(["experiment", "mode", "command", "date", "duration"], rows)
     return blocks
 

@@ -21,10 +21,10 @@ import numpy as np
 from autograd import value_and_grad
 
 from odeint_autograd import odeint
-from reproduce.common import Run, StopAfter
+from reproduce.common import Run, StopAfter, partial_note
 from reproduce.latent import (PAPER_TOL, MLPDynamics, add_run_args, encode,
                               gaussian_log_density, init_mlp, init_rnn, kl_to_standard_normal,
-                              measure_solvers, mlp, partial_note, rnn_step, sample_z0, solve_union,
+                              measure_solvers, mlp, rnn_step, sample_z0, solve_union,
                               solver_from_args, time_gaps, train, training_summary)
 
 N_OBS = (30, 50, 100)
@@ -478,7 +478,8 @@ def main(argv=None):
                                "and adjoint norm; tolerance_effect_latent_ode_n30: its test "
                                "RMSE and ELBO (same noise) evaluated at each tolerance",
     })
-    note = partial_note(timing, {f"{m}_n{n}": cfg["iters"][m] for m in MODELS for n in N_OBS})
+    note = partial_note({f"{m}_n{n}": (states[m, n]["step"], cfg["iters"][m])
+                         for m in MODELS for n in N_OBS})
     run.save_results({
         **({"note": note} if note else {}),
         "table2_rmse": {LABELS[m]: {str(n): table[m][n] for n in N_OBS} for m in MODELS},

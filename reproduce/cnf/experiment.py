@@ -15,7 +15,7 @@ import numpy as np
 from odeint_autograd import SolverStats
 from autograd import value_and_grad
 
-from ..common import Adam, RMSprop, Run, fit, model_rng
+from ..common import Adam, RMSprop, Run, fit, model_rng, partial_note, progress_label
 from . import models, plots
 from .targets import DATASETS, PLOT_LIMIT, TARGETS, log_normaliser
 
@@ -70,15 +70,12 @@ def main(argv=None):
     results = {"figure4": fig4["results"], "figure6": fig6["results"],
                "seconds_per_iteration": timing,
                "projected_full_training_s": _projection(timing)}
-    planned = {key: _planned(cfg, key) for key in states}
-    results["iterations"] = {key: {"run": timing[key]["iterations"], "planned": planned[key]}
-                             for key in states}
-    short = {key: f"{timing[key]['iterations']} of {planned[key]}" for key in states
-             if timing[key]["iterations"] < planned[key]}
-    if short:
-        results["note"] = ("partial run: these models stopped before their planned iterations "
-                           "(iterations run of planned): "
-                           + ", ".join(f"{k} {v}" for k, v in short.items()))
+    results["iterations"] = {key: {"run": state["step"], "planned": _planned(cfg, key)}
+                             for key, state in states.items()}
+    note = partial_note({key: (it["run"], it["planned"])
+                         for key, it in results["iterations"].items()})
+    if note:
+        results["note"] = note
     run.save_results(results, choices=choices(run, cfg))
     print(f"wrote {run.path('results.json')} and the figures in {run.out_dir}")
 
@@ -228,12 +225,7 @@ def _planned(cfg, key):
 
 
 def _progress(cfg, key, state):
-    """None for a model trained for all its planned iterations, else what the figures write on
-    its panels: 'untrained' or 'N of M it.'."""
-    planned = _planned(cfg, key)
-    if state["step"] >= planned:
-        return None
-    return "untrained" if state["step"] == 0 else f"{state['step']:,} of {planned:,} it."
+    return progress_label(state["step"], _planned(cfg, key))
 
 
 def maximum_likelihood(run, cfg, solver, states):
@@ -345,7 +337,7 @@ def _per_iteration(states):
     out = {}
     for key, state in states.items():
         h = state["history"]
-        out[key] = {"iterations": state["step"],
+        out[key] = {"iterations": state["step"], "seconds": state["seconds"],
                     "seconds_per_iteration": state["seconds"] / max(state["step"], 1)}
         if _kind(key) == "cnf" and h["nfe_f"]:
             last = slice(-max(1, len(h["nfe_f"]) // 10), None)
