@@ -11,9 +11,10 @@ from . import rk
 from .adjoint import Options, odeint_adjoint
 
 ADJOINT_METHODS = ("adams", "bdf", "lsoda")  # scipy's VODE (Adams, BDF) and LSODA; adjoint VJP
-DIRECT_METHODS = ("rk4", "dopri5")  # autograd operations; direct backprop
+ADAPTIVE_RK = tuple(rk.TABLEAUX)  # dopri5, bosh3: this package's own adaptive Runge-Kutta pairs
+DIRECT_METHODS = ("rk4",) + ADAPTIVE_RK  # autograd operations; direct backprop
 METHODS = ADJOINT_METHODS + DIRECT_METHODS
-BACKWARD_METHODS = ADJOINT_METHODS + ("dopri5",)  # what may solve the adjoint
+BACKWARD_METHODS = ADJOINT_METHODS + ADAPTIVE_RK  # what may solve the adjoint
 DEFAULT_TOL = 1.49012e-8  # scipy.integrate.odeint's default rtol and atol
 
 
@@ -38,7 +39,7 @@ class SolverStats:
     Pass one as ``odeint(..., stats=s)``; after the forward ``s.forward.nfe`` and
     ``s.forward.steps`` hold what the forward solve did, after a gradient ``s.backward`` holds the
     adjoint solves (their NFE counts evaluations of the augmented dynamics: one f and one VJP
-    each). Direct-backprop methods (rk4, dopri5) have no backward solve. ``s.reset()`` zeroes it.
+    each). Direct-backprop methods (rk4, dopri5, bosh3) have no backward solve. ``s.reset()`` zeroes it.
     """
 
     forward: Counts = dataclasses.field(default_factory=Counts)
@@ -63,16 +64,18 @@ def odeint(func, y0, t, args=(), *, rtol=DEFAULT_TOL, atol=DEFAULT_TOL, method="
     method: 'lsoda' (scipy.integrate.odeint; switches to BDF when stiff), 'adams' (VODE implicit
     Adams with functional iteration: no Jacobian, the one for large states), 'bdf' (VODE BDF, for
     stiff problems): gradients by the adjoint method (Algorithm 1). 'rk4' (fixed steps of at most
-    `step_size`, one per interval if None) and 'dopri5' (adaptive Dormand-Prince): gradients by
-    backprop through the solver's operations (the paper's RK-Net).
+    `step_size`, one per interval if None), 'dopri5' (adaptive Dormand-Prince 5(4)) and 'bosh3'
+    (adaptive Bogacki-Shampine 3(2)): gradients by backprop through the solver's operations (the
+    paper's RK-Net).
     rtol, atol: error tolerances (scipy's defaults). max_steps: the most internal steps between
     two output times. jacobian: for 'bdf'/'lsoda', 'dense' or 'diagonal' finite differences
     (None: dense up to 1000 states, diagonal above, so that large states never get an n x n one).
     adjoint_method, adjoint_rtol, adjoint_atol: the backward solves (default: the forward's).
-    adjoint_method may also be 'dopri5' (this package's Dormand-Prince, in plain numpy there):
-    the backward solve restarts at every output time, which costs VODE/LSODA a climb from order
-    1 each time, while dopri5 carries its step size over; with many output times it takes
-    fewer evaluations (the latent experiments' results compare both: solver_speed*).
+    adjoint_method may also be 'dopri5' or 'bosh3' (this package's Runge-Kutta pairs, in plain
+    numpy there): the backward solve restarts at every output time, which costs VODE/LSODA a
+    climb from order 1 each time, while these carry their step size over; with many output times
+    they take fewer evaluations (the latent experiments' results compare them: solver_speed*),
+    and bosh3, 3 evaluations a step instead of 6, fewer still when the intervals are short.
     adjoint_seminorm: leave the parameter-gradient integrals out of the backward error control.
     checkpoints: an int k (k extra times evenly spaced between t[0] and t[-1]) or an array of
     times at which the forward states are stored, so that the backward solve restarts z from
@@ -137,7 +140,7 @@ def _solve_direct(func, y0, t, args, method, rtol, atol, max_steps, step_size, s
         if method == "rk4":
             ys, nfe, steps = rk.rk4(fun, y0, t, step_size)
         else:
-            ys, nfe, steps = rk.dopri5(fun, y0, t, rtol, atol, max_steps)
+            ys, nfe, steps = rk.embedded_rk(method, fun, y0, t, rtol, atol, max_steps)
     if stats is not None:
         stats.forward.add(nfe, steps)
     return ys

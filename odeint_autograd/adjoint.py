@@ -21,7 +21,7 @@ from autograd.extend import defvjp_argnums, primitive
 from autograd.tracer import isbox
 
 from ._scipy import solve
-from .rk import dopri5
+from .rk import TABLEAUX, embedded_rk
 from ._vjp import value_and_vjp
 
 
@@ -38,7 +38,7 @@ class Options:
     backward: "Options" = None
     seminorm: bool = False
     controlled: int = None  # with seminorm: how many leading components the error control sees
-    step_hint: dict = None  # dopri5: the step size carried from one adjoint interval to the next
+    step_hint: dict = None  # dopri5/bosh3: the step size carried from one adjoint interval to the next
 
     def tolerances(self, size):
         """Scalar tolerances, or per-component ones that drop all but the first `controlled`
@@ -71,10 +71,10 @@ def odeint_adjoint(y0, t, *args, func, opts):
 
     rtol, atol = opts.tolerances(np.size(y0))
     y0_flat, t_values = np.ravel(y0).astype(float), np.asarray(t, dtype=float)
-    if opts.method == "dopri5":  # the project's own solver: pure Python, re-entrant
+    if opts.method in TABLEAUX:  # the project's own solvers: pure Python, re-entrant
         with np.errstate(all="ignore"):
-            ys, nfe, steps = dopri5(fun, y0_flat, t_values, rtol, atol, opts.max_steps,
-                                    opts.step_hint)
+            ys, nfe, steps = embedded_rk(opts.method, fun, y0_flat, t_values, rtol, atol,
+                                         opts.max_steps, opts.step_hint)
     else:
         ys, nfe, steps = solve(fun, y0_flat, t_values, opts.method, rtol, atol, opts.max_steps,
                                opts.jacobian)
@@ -102,13 +102,15 @@ def _augmented_dynamics(func, shape, want_t, want_args):
 
     def _augmented_step(xp, s, t, args, fvjp):
         z, a = xp.reshape(s[:n], shape), xp.reshape(s[n:2 * n], shape)
-        f, g_z, g_t, *g_args = fvjp(-a, z, t, *args)
-        parts = [xp.ravel(f), xp.ravel(g_z)]
-        if want_args:
-            parts += [xp.ravel(g) for g in g_args]
+        f, g_z, g_t, *g_args = fvjp(a, z, t, *args)  # a^T df/d(z, theta, t), and f
+        parts = [xp.ravel(g_z)] + ([xp.ravel(g) for g in g_args] if want_args else [])
         if want_t:
             parts.append(xp.reshape(g_t, (1,)))
-        return xp.concatenate(parts)
+        if xp is np:  # negate in place: no array for -a, no second one for the minus
+            out = np.concatenate([np.ravel(f)] + parts)
+            np.negative(out[n:], out=out[n:])
+            return out
+        return anp.concatenate([anp.ravel(f), -anp.concatenate(parts)])
 
     return aug
 

@@ -5,23 +5,52 @@ memory grows with the number of steps (unlike the adjoint). Step sizes are chose
 only (not differentiated), and the last step of each interval lands exactly on the output time,
 so gradients with respect to the output times are those of the discrete solution.
 """
+import dataclasses
+
 import autograd.numpy as anp
 import numpy as np
 from autograd.tracer import getval
 
 from ._scipy import ODESolverError
 
-# Dormand-Prince 5(4): nodes, stage coefficients, 5th-order weights and (5th - 4th) error weights.
-_C = [0.0, 1 / 5, 3 / 10, 4 / 5, 8 / 9, 1.0]
-_A = [[],
-      [1 / 5],
-      [3 / 40, 9 / 40],
-      [44 / 45, -56 / 15, 32 / 9],
-      [19372 / 6561, -25360 / 2187, 64448 / 6561, -212 / 729],
-      [9017 / 3168, -355 / 33, 46732 / 5247, 49 / 176, -5103 / 18656]]
-_B = [35 / 384, 0.0, 500 / 1113, 125 / 192, -2187 / 6784, 11 / 84]
-_E = [35 / 384 - 5179 / 57600, 0.0, 500 / 1113 - 7571 / 16695, 125 / 192 - 393 / 640,
-      -2187 / 6784 + 92097 / 339200, 11 / 84 - 187 / 2100, -1 / 40]
+@dataclasses.dataclass(frozen=True)
+class Tableau:
+    """An embedded explicit Runge-Kutta pair whose last stage is first-same-as-last (FSAL): the
+    stages after the first have nodes c and coefficients a; b gives the propagated solution (its
+    order `order`), and e the difference between it and the embedded solution (order
+    `error_order`), whose last entry weighs f(y_new), the next step's first stage."""
+
+    c: tuple
+    a: tuple
+    b: tuple
+    e: tuple
+    order: int
+    error_order: int
+
+
+TABLEAUX = {
+    # Dormand and Prince 5(4), the paper's RK-Net and torchdiffeq's/scipy's RK45 default.
+    "dopri5": Tableau(
+        c=(1 / 5, 3 / 10, 4 / 5, 8 / 9, 1.0),
+        a=((1 / 5,),
+           (3 / 40, 9 / 40),
+           (44 / 45, -56 / 15, 32 / 9),
+           (19372 / 6561, -25360 / 2187, 64448 / 6561, -212 / 729),
+           (9017 / 3168, -355 / 33, 46732 / 5247, 49 / 176, -5103 / 18656)),
+        b=(35 / 384, 0.0, 500 / 1113, 125 / 192, -2187 / 6784, 11 / 84),
+        e=(35 / 384 - 5179 / 57600, 0.0, 500 / 1113 - 7571 / 16695, 125 / 192 - 393 / 640,
+           -2187 / 6784 + 92097 / 339200, 11 / 84 - 187 / 2100, -1 / 40),
+        order=5, error_order=4),
+    # Bogacki and Shampine 3(2) (scipy's RK23): 3 new evaluations a step instead of 6, the cheaper
+    # choice when steps are short anyway, e.g. an adjoint that restarts at many output times.
+    "bosh3": Tableau(
+        c=(1 / 2, 3 / 4),
+        a=((1 / 2,),
+           (0.0, 3 / 4)),
+        b=(2 / 9, 1 / 3, 4 / 9),
+        e=(2 / 9 - 7 / 24, 1 / 3 - 1 / 4, 4 / 9 - 1 / 3, -1 / 8),
+        order=3, error_order=2),
+}
 
 
 class _Counted:
@@ -65,31 +94,35 @@ def _rms(x):
     return float(np.sqrt(np.mean(np.square(x)))) if np.size(x) else 0.0
 
 
-def _initial_step(f, y0, f0, t0, direction, rtol, atol):
-    """Hairer, Norsett and Wanner's starting step for an order-5 method (one extra evaluation)."""
+def _initial_step(f, y0, f0, t0, direction, rtol, atol, error_order):
+    """Hairer, Norsett and Wanner's starting step (one extra evaluation)."""
     y0v, f0v = getval(y0), getval(f0)
     scale = atol + rtol * np.abs(y0v)
     d0, d1 = _rms(y0v / scale), _rms(f0v / scale)
     h0 = 1e-6 if d0 < 1e-5 or d1 < 1e-5 else 0.01 * d0 / d1
     f1 = getval(f(y0v + direction * h0 * f0v, getval(t0) + direction * h0))
     d2 = _rms((f1 - f0v) / scale) / h0
-    h1 = max(1e-6, h0 * 1e-3) if max(d1, d2) <= 1e-15 else (0.01 / max(d1, d2)) ** 0.2
+    h1 = (max(1e-6, h0 * 1e-3) if max(d1, d2) <= 1e-15
+          else (0.01 / max(d1, d2)) ** (1 / (error_order + 1)))
     return min(100 * h0, h1)
 
 
-def dopri5(fun, y0, t, rtol, atol, max_steps, step_hint=None):
-    """Adaptive Dormand-Prince 5(4) with an RMS error norm; returns (ys, nfe, steps).
+def embedded_rk(method, fun, y0, t, rtol, atol, max_steps, step_hint=None):
+    """Adaptive solve with the pair TABLEAUX[method] and an RMS error norm; returns
+    (ys, nfe, steps).
 
     step_hint: a dict; its "h" (when present) is the first step size tried, and the next step
     size is left there, so that consecutive solves (the adjoint's intervals) carry it over."""
-    f = _Counted(fun, "dopri5")
+    tab = TABLEAUX[method]
+    exponent = -1.0 / (tab.error_order + 1)
+    f = _Counted(fun, method)
     direction = 1.0 if getval(t[-1]) > getval(t[0]) else -1.0
     y, tc = y0, t[0]
     k1 = f(y, tc)
     if step_hint is not None and "h" in step_hint:
         h = step_hint["h"]
     else:
-        h = _initial_step(f, y, k1, tc, direction, rtol, atol)
+        h = _initial_step(f, y, k1, tc, direction, rtol, atol, tab.error_order)
     ys, steps = [y0], 0
     for i in range(1, len(t)):
         interval_steps = 0
@@ -97,30 +130,30 @@ def dopri5(fun, y0, t, rtol, atol, max_steps, step_hint=None):
             if interval_steps >= max_steps:
                 raise ODESolverError(f"too many steps: more than max_steps={max_steps} steps "
                                      "between two output times", t=float(getval(tc)),
-                                     method="dopri5")
+                                     method=method)
             remaining = abs(getval(t[i]) - getval(tc))
             last = h >= remaining * (1 - 1e-12)
             step = (t[i] - tc) if last else direction * h  # land exactly on the output time
             if abs(getval(step)) <= 16 * np.finfo(float).eps * max(abs(getval(tc)), 1e-300):
                 raise ODESolverError("step size underflow: the solution may blow up here",
-                                     t=float(getval(tc)), method="dopri5")
+                                     t=float(getval(tc)), method=method)
             ks = [k1]
-            for c, a in zip(_C[1:], _A[1:]):
-                ks.append(f(y + step * sum(aj * kj for aj, kj in zip(a, ks)), tc + c * step))
-            y_new = y + step * sum(b * k for b, k in zip(_B, ks) if b)
-            k7 = f(y_new, tc + step)
-            err = getval(step) * sum(e * getval(k) for e, k in zip(_E, ks + [k7]) if e)
+            for c, a in zip(tab.c, tab.a):
+                ks.append(f(y + step * sum(aj * kj for aj, kj in zip(a, ks) if aj), tc + c * step))
+            y_new = y + step * sum(b * k for b, k in zip(tab.b, ks) if b)
+            k_last = f(y_new, tc + step)  # FSAL: the next step's first stage
+            err = getval(step) * sum(e * getval(k) for e, k in zip(tab.e, ks + [k_last]) if e)
             scale = atol + rtol * np.maximum(np.abs(getval(y)), np.abs(getval(y_new)))
             err_norm = _rms(err / scale)
             if err_norm <= 1.0:
-                y, tc, k1 = y_new, (t[i] if last else tc + step), k7
+                y, tc, k1 = y_new, (t[i] if last else tc + step), k_last
                 interval_steps += 1
-                factor = 10.0 if err_norm == 0 else min(10.0, 0.9 * err_norm ** -0.2)
+                factor = 10.0 if err_norm == 0 else min(10.0, 0.9 * err_norm ** exponent)
                 # a step cut short to land on t[i] says nothing against the step size h
                 if abs(getval(step)) >= h * (1 - 1e-12):
                     h = h * max(0.2, factor)
             elif np.isfinite(err_norm):
-                h = abs(getval(step)) * max(0.2, 0.9 * err_norm ** -0.2)
+                h = abs(getval(step)) * max(0.2, 0.9 * err_norm ** exponent)
             else:
                 h = abs(getval(step)) * 0.2
         steps += interval_steps

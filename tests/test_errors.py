@@ -8,6 +8,7 @@ import pytest
 from autograd import grad
 
 from odeint_autograd import METHODS, ODESolverError, odeint
+from odeint_autograd._scipy import _all_finite
 
 decay = lambda y, t: -y  # noqa: E731
 Y0 = np.array([1.0, 2.0])
@@ -112,7 +113,27 @@ def test_non_finite_dynamics_are_an_error(method):
     assert info.value.t >= 0.5
 
 
-@pytest.mark.parametrize("method", ["lsoda", "adams", "bdf", "dopri5"])
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+@pytest.mark.parametrize("method", ["lsoda", "adams"])
+def test_a_single_non_finite_entry_among_many_is_an_error(method, bad):
+    """One bad number in a large state (the finite check sums the state; nan/inf survive the
+    sum), while huge finite values whose sum overflows are not mistaken for bad ones."""
+    def f(y, t):
+        out = -y
+        if t > 0.3:
+            out[1234] = bad
+        return out
+
+    with pytest.raises(ODESolverError, match="non-finite"):
+        odeint(f, np.ones(5000), [0.0, 1.0], method=method)
+    huge = np.full(1000, 1e306)  # finite, but its sum overflows
+    with np.errstate(all="ignore"):  # as inside the solves
+        assert _all_finite(huge) and _all_finite(-huge)
+        huge[-1] = bad
+        assert not _all_finite(huge)
+
+
+@pytest.mark.parametrize("method", ["lsoda", "adams", "bdf", "dopri5", "bosh3"])
 def test_too_many_steps_is_an_error(method):
     with pytest.raises(ODESolverError, match="max_steps=5") as info:
         odeint(lambda y, t: np.cos(50 * t) * y, Y0, [0.0, 10.0], method=method, max_steps=5)
