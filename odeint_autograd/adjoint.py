@@ -106,9 +106,12 @@ def _augmented_dynamics(func, shape, want_t, want_args):
         parts = [xp.ravel(g_z)] + ([xp.ravel(g) for g in g_args] if want_args else [])
         if want_t:
             parts.append(xp.reshape(g_t, (1,)))
-        if xp is np:  # negate in place: no array for -a, no second one for the minus
-            out = np.concatenate([np.ravel(f)] + parts)
-            np.negative(out[n:], out=out[n:])
+        if xp is np:  # one pass per part, writing the minus signs in place (no -a either)
+            out = np.empty(n + sum(p.size for p in parts))
+            out[:n], start = np.ravel(f), n
+            for p in parts:
+                np.negative(p, out=out[start:start + p.size])
+                start += p.size
             return out
         return anp.concatenate([anp.ravel(f), -anp.concatenate(parts)])
 

@@ -1,0 +1,39 @@
+"""The spiral benchmark runs end to end and measures what it says (one repeat; timings unchecked)."""
+import importlib.util
+import json
+import os
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def load(name):
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "benchmarks",
+                                                                     name + ".py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_spiral_demo_counts_and_errors(tmp_path):
+    out = tmp_path / "spiral.json"
+    load("spiral_demo").main(["--repeats", "1", "--out", str(out)])
+    data = json.loads(out.read_text())
+    rows = {(r["solver"], r["tol"]): r for r in data["rows"]}
+    for tol in (1e-7, 1e-5):
+        ours, theirs = rows[("odeint_autograd lsoda", tol)], rows[
+            ("autograd.scipy.integrate.odeint", tol)]
+        # the same LSODA forward solve, and gradients that agree to the tolerance
+        assert ours["nfe_forward"] == theirs["nfe_forward"] > 0
+        assert abs(ours["grad_rel_error"] - theirs["grad_rel_error"]) < 10 * tol
+        # about one bosh3 step (4 evaluations after a jump) per output interval, where dopri5
+        # takes 7
+        bosh3 = rows[("odeint_autograd lsoda, bosh3 adjoint", tol)]
+        dopri5 = rows[("odeint_autograd lsoda, dopri5 adjoint", tol)]
+        assert bosh3["nfe_backward"] <= 4 * 9 + 6 < dopri5["nfe_backward"]
+        for r in data["rows"]:
+            if r["tol"] == tol:
+                assert r["grad_rel_error"] < 1e3 * tol
+    assert data["reference_check"] < 1e-9
+    assert np.isfinite(data["evaluation"]["autograd_value_and_vjp_s"])
