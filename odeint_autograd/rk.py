@@ -42,7 +42,8 @@ TABLEAUX = {
            -2187 / 6784 + 92097 / 339200, 11 / 84 - 187 / 2100, -1 / 40),
         order=5, error_order=4),
     # Bogacki and Shampine 3(2) (scipy's RK23): 3 new evaluations a step instead of 6, the cheaper
-    # choice when steps are short anyway, e.g. an adjoint that restarts at many output times.
+    # choice when steps are short anyway (an adjoint restarting at closely spaced output times,
+    # loose tolerances).
     "bosh3": Tableau(
         c=(1 / 2, 3 / 4),
         a=((1 / 2,),
