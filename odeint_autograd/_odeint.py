@@ -119,8 +119,9 @@ def odeint(func, y0, t, args=(), *, rtol=DEFAULT_TOL, atol=DEFAULT_TOL, method="
     if adjoint_method not in BACKWARD_METHODS:
         raise ValueError(f"unknown adjoint_method {adjoint_method!r}; choose one of "
                          f"{', '.join(BACKWARD_METHODS)}")
-    if jacobian is not None and {method, adjoint_method} <= {"adams"}:
-        raise ValueError("jacobian applies to 'bdf' and 'lsoda'; 'adams' uses no Jacobian")
+    if jacobian is not None and not {method, adjoint_method} & {"bdf", "lsoda"}:
+        raise ValueError(f"jacobian applies to 'bdf' and 'lsoda'; method={method!r} with "
+                         f"adjoint_method={adjoint_method!r} uses no Jacobian")
     adjoint_rtol = rtol if adjoint_rtol is None else adjoint_rtol
     adjoint_atol = atol if adjoint_atol is None else adjoint_atol
     _check_tolerances(adjoint_rtol, adjoint_atol, "adjoint_rtol", "adjoint_atol")

@@ -69,6 +69,7 @@ def test_bad_initial_state(y0, match):
     (dict(checkpoints=[0.5, 3.0]), "checkpoint times"),
     (dict(method="bdf", jacobian="sparse"), "jacobian"),
     (dict(method="adams", jacobian="dense"), "jacobian applies"),
+    (dict(method="adams", adjoint_method="bosh3", jacobian="diagonal"), "jacobian applies"),
     (dict(method="dopri5", step_size=0.1), "step_size applies"),
     (dict(method="rk4", adjoint_rtol=1e-3), "adjoint_rtol applies"),
     (dict(method="dopri5", checkpoints=3), "checkpoints applies"),
