@@ -56,6 +56,8 @@ def _device_name(device):
         raise ValueError(f"device must be 'cpu', 'gpu' or like '/GPU:1', not {device!r}")
     index = int(index or 0)
     available = len(tf.config.list_physical_devices(kind))
+    if index >= available:  # a logical device (a GPU split in two, virtual CPUs)? Asking starts
+        available = len(tf.config.list_logical_devices(kind))  # TensorFlow's runtime: only here
     if index >= available:
         raise ValueError(f"device {device!r}: TensorFlow sees {available} {kind} device(s)")
     return f"/{kind}:{index}"

@@ -282,6 +282,45 @@ def _python(code, **env):
     return run.stdout
 
 
+def test_a_chosen_device_holds_the_parameters_and_gives_the_same_solve():
+    """The device plumbing, exercised on a second (virtual) CPU: parameters live on the chosen
+    device, the solve and its gradient equal those on the default device, and a device that
+    does not exist is refused. (The path a GPU takes; no GPU here.)"""
+    out = _python("""
+        import tensorflow as tf
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(
+            cpu, [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()])
+        import autograd, autograd.numpy as anp, numpy as np
+        import gpu_dynamics
+        from odeint_autograd import odeint
+
+        def mlp(y, t, w1, b1, w2):
+            return tf.matmul(tf.tanh(tf.matmul(y, w1) + b1 + t), w2)
+
+        rng = np.random.RandomState(0)
+        y0, params = rng.randn(5, 3), (rng.randn(3, 8), rng.randn(8), rng.randn(8, 3) / 8)
+        t = np.linspace(0.0, 1.0, 4)
+        results = {}
+        for device in ("/CPU:0", "cpu:1"):
+            f = gpu_dynamics.tf_primitive(mlp, dtype=tf.float64, device=device)
+            loss = lambda y0, p: anp.sum(odeint(f, y0, t, args=p, rtol=1e-9, atol=1e-9) ** 2)
+            value, grads = autograd.value_and_grad(loss, (0, 1))(y0, params)
+            cached = [c.tensor.device for pos in f._params.values() for c in pos.values()]
+            assert cached and all(d.endswith(f.device[1:]) for d in cached), (f.device, cached)
+            results[f.device] = value, grads
+        (v0, g0), (v1, g1) = results["/CPU:0"], results["/CPU:1"]
+        assert abs(v0 - v1) <= 1e-12 * abs(v0)
+        assert np.allclose(g0[0], g1[0], rtol=1e-10, atol=0)
+        assert all(np.allclose(a, b, rtol=1e-10, atol=0) for a, b in zip(g0[1], g1[1]))
+        try:
+            gpu_dynamics.tf_primitive(mlp, device="/CPU:2")
+        except ValueError as e:
+            print("refused:", e)
+        """)
+    assert "refused:" in out and "sees 2 CPU" in out
+
+
 def test_threads_default_and_environment_variable():
     code = """
         import gpu_dynamics, tensorflow as tf
