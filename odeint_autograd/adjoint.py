@@ -38,7 +38,7 @@ class Options:
     backward: "Options" = None
     seminorm: bool = False
     controlled: int = None  # with seminorm: how many leading components the error control sees
-    step_hint: dict = None  # dopri5/bosh3: the step size carried from one adjoint interval to the next
+    step_hint: dict = None  # dopri5, bosh3: the step size carried from one interval to the next
 
     def tolerances(self, size):
         """Scalar tolerances, or per-component ones that drop all but the first `controlled`

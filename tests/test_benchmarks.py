@@ -1,4 +1,4 @@
-"""The spiral benchmark runs end to end and measures what it says (one repeat; timings unchecked)."""
+"""The spiral benchmark runs end to end and counts what it says (one repeat; times unchecked)."""
 import importlib.util
 import json
 import os
