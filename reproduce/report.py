@@ -371,14 +371,18 @@ def tf_overhead_block():
     data = benchmark("tf_overhead")
     if data is None:
         return "TensorFlow overhead benchmark: not run yet (`python benchmarks/tf_overhead.py`)."
-    rows = [[phase] + [data[phase][k] for k in ("wall_s", "tf_share", "scipy_share",
-                                                 "glue_share", "nfe", "tf_ms_per_call",
-                                                 "evaluation_ms", "scipy_ms_per_step")]
-            for phase in ("forward", "backward")]
+    xla = benchmark("tf_overhead_xla")
+    runs = [("", data)] + ([(" (XLA)", xla)] if xla else [])
+    rows = [[phase + label] + [run[phase][k] for k in ("wall_s", "tf_share", "scipy_share",
+                                                        "glue_share", "nfe", "tf_ms_per_call",
+                                                        "evaluation_ms", "scipy_ms_per_step")]
+            for label, run in runs for phase in ("forward", "backward")]
     return "\n\n".join([
         f"`{data.get('command')}` ({data.get('date')}): the MNIST ODE block (batch 128, "
         "6x6x64) with Adams at tol 1e-3, split into time inside TensorFlow, scipy's own solver "
-        "time, and the project's glue.",
+        "time, and the project's glue."
+        + (f" The (XLA) rows: `{xla.get('command')}` ({xla.get('date')}), the same with "
+           "`tf_primitive(..., jit_compile=True)`." if xla else ""),
         table(["phase", "wall s", "TF share", "scipy share", "glue share", "NFE",
                "TF ms per call", "ms per evaluation", "scipy ms/step"], rows),
         "scipy alone, the same solver on states of the forward's and the backward's size with "
