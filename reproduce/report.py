@@ -192,8 +192,7 @@ def cnf_tables(record):
     for dataset, entry in res["figure6"].items():
         ll = entry["test_log_likelihood"]
         rec = entry.get("reconstruction", {}).get("training_tolerance", {})
-        key = {kind: next((k for k in iterations if k.startswith(f"fig6_{dataset}_{kind}")),
-                          None) for kind in ("cnf", "nf")}
+        key = entry["models"]
         rows.append([dataset.replace("_", " "), cell(ll["cnf"]["mean"], key["cnf"]),
                      cell(ll["nf"]["mean"], key["nf"]),
                      rec.get("max_abs_error"), rec.get("tolerance")])

@@ -233,9 +233,10 @@ def maximum_likelihood(run, cfg, solver, states):
     results, panels = {}, {}
     for name, sample in DATASETS.items():
         test = sample(cfg["test_points"], model_rng(run.seed, f"fig6_{name}/test"))
-        cnf_key = f"fig6_{name}_cnf{WIDTH}"
-        theta, params = states[cnf_key]["params"], states[f"fig6_{name}_nf{WIDTH}"]["params"]
+        cnf_key, nf_key = f"fig6_{name}_cnf{WIDTH}", f"fig6_{name}_nf{WIDTH}"
+        theta, params = states[cnf_key]["params"], states[nf_key]["params"]
         results[name] = {
+            "models": {"cnf": cnf_key, "nf": nf_key},  # their keys in results["iterations"]
             "test_log_likelihood": {
                 "cnf": _mean_se(models.cnf_log_density(theta, test, **solver)),
                 "nf": _mean_se(models.planar_log_density_normalizing(params, test))},
@@ -243,9 +244,8 @@ def maximum_likelihood(run, cfg, solver, states):
             "reconstruction": _reconstruction(run, cfg, solver, cnf_key, theta)}
         panels[name] = _figure6_panels(run, cfg, solver, cnf_key, theta, params, sample, grid,
                                        xy)
-        panels[name]["progress"] = {kind: _progress(cfg, f"fig6_{name}_{kind}{WIDTH}",
-                                                    states[f"fig6_{name}_{kind}{WIDTH}"])
-                                    for kind in ("cnf", "nf")}
+        panels[name]["progress"] = {kind: _progress(cfg, key, states[key])
+                                    for kind, key in results[name]["models"].items()}
     return {"results": results, "panels": panels}
 
 
