@@ -72,7 +72,8 @@ def test_published_numbers_are_read_by_the_report_only():
 def test_report_marks_models_a_cut_short_run_did_not_finish():
     from reproduce.report import cnf_tables
     kl = {"nf": {"2": {"kl": 0.5}}, "cnf": {"2": {"kl": 0.25}}}
-    ll = {"test_log_likelihood": {"cnf": {"mean": -2.5}, "nf": {"mean": -3.125}}}
+    ll = {"test_log_likelihood": {"cnf": {"mean": -2.5}, "nf": {"mean": -3.125}},
+          "models": {"cnf": "fig6_moons_cnf64", "nf": "fig6_moons_nf64"}}
     iterations = {"fig4_U1_nf2": {"run": 500_000, "planned": 500_000},
                   "fig4_U1_cnf2": {"run": 2_300, "planned": 10_000},
                   "fig6_moons_cnf64": {"run": 0, "planned": 10_000},
