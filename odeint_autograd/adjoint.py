@@ -102,18 +102,13 @@ def _augmented_dynamics(func, shape, want_t, want_args):
 
     def _augmented_step(xp, s, t, args, fvjp):
         z, a = xp.reshape(s[:n], shape), xp.reshape(s[n:2 * n], shape)
-        f, g_z, g_t, *g_args = fvjp(a, z, t, *args)  # a^T df/d(z, theta, t), and f
-        parts = [xp.ravel(g_z)] + ([xp.ravel(g) for g in g_args] if want_args else [])
+        f, g_z, g_t, *g_args = fvjp(-a, z, t, *args)
+        parts = [xp.ravel(f), xp.ravel(g_z)]
+        if want_args:
+            parts += [xp.ravel(g) for g in g_args]
         if want_t:
             parts.append(xp.reshape(g_t, (1,)))
-        if xp is np:  # one pass per part, writing the minus signs in place (no -a either)
-            out = np.empty(n + sum(p.size for p in parts))
-            out[:n], start = np.ravel(f), n
-            for p in parts:
-                np.negative(p, out=out[start:start + p.size])
-                start += p.size
-            return out
-        return anp.concatenate([anp.ravel(f), -anp.concatenate(parts)])
+        return xp.concatenate(parts)
 
     return aug
 

@@ -11,7 +11,7 @@ import autograd.numpy as anp
 import numpy as np
 from autograd.tracer import getval
 
-from ._scipy import ODESolverError
+from ._scipy import ODESolverError, _all_finite
 
 @dataclasses.dataclass(frozen=True)
 class Tableau:
@@ -63,7 +63,7 @@ class _Counted:
     def __call__(self, y, t):
         self.nfe += 1
         f = self.fun(y, t)
-        if not np.all(np.isfinite(getval(f))):
+        if not _all_finite(getval(f)):
             raise ODESolverError("the dynamics returned non-finite values; the solution may blow "
                                  "up before this time", t=float(getval(t)), method=self.method)
         return f
