@@ -334,20 +334,17 @@ def spiral_demo_block():
         "steps); gradient error against a tight-tolerance reference.",
         table(["solver", "tol", "median ms", "NFE fwd", "NFE bwd", "grad rel. error",
                "time / autograd", "time / torchdiffeq"], rows),
-        spiral_targets(data)]
-        + ([f"One evaluation of the MLP dynamics in the backward solve (autograd tracing them "
-            f"and running their VJP, as odeint_autograd does): "
-            f"{1e6 * data['evaluation']['autograd_value_and_vjp_s']:.0f} us; the dynamics alone "
-            f"in plain numpy: {1e6 * data['evaluation']['numpy_forward_s']:.0f} us."]
-           if "evaluation" in data else []))
+        spiral_targets(data),
+        f"One evaluation of the MLP dynamics in the backward solve (autograd tracing them and "
+        f"running their VJP, as odeint_autograd does): "
+        f"{1e6 * data['evaluation']['autograd_value_and_vjp_s']:.0f} us; the dynamics alone in "
+        f"plain numpy: {1e6 * data['evaluation']['numpy_forward_s']:.0f} us."])
 
 
 def spiral_targets(data):
     """Which of this project's rows meet the benchmark's targets (as the benchmark recorded
     them), per tolerance."""
-    goal, rows, lines = data.get("targets"), data["rows"], []
-    if goal is None:
-        return ""
+    goal, rows, lines = data["targets"], data["rows"], []
     for tol in sorted({r["tol"] for r in rows}, reverse=True):
         ours = [r for r in rows if r["tol"] == tol and r["solver"].startswith("odeint_autograd")]
         met = [r["solver"] for r in ours
@@ -394,11 +391,11 @@ def tf_overhead_block():
         table(["state", "numbers", "scipy ms/step", "ns per number per step"],
               [[name.replace("_", " "), r["size"], r["scipy_ms_per_step"],
                 1e6 * r["scipy_ms_per_step"] / r["size"]]
-               for name, r in data.get("scipy_alone", {}).items()]),
+               for name, r in data["scipy_alone"].items()]),
         f"One backward augmented evaluation takes {data['backward_evaluation_over_fused_call']:.2f}"
         f"x one fused TensorFlow value+VJP call timed on its own, back to back "
         f"({data['fused_value_vjp_call_ms']:.1f} ms), and "
-        f"{data.get('backward_evaluation_over_its_tf_call', float('nan')):.2f}x the TensorFlow "
+        f"{data['backward_evaluation_over_its_tf_call']:.2f}x the TensorFlow "
         f"call it makes inside the solve ({data['backward']['tf_ms_per_call']:.1f} ms); the "
         "difference is the project's glue (the augmented state's assembly, the finite check, "
         "the copies into TensorFlow).",

@@ -37,3 +37,5 @@ def test_spiral_demo_counts_and_errors(tmp_path):
                 assert r["grad_rel_error"] < 1e3 * tol
     assert data["reference_check"] < 1e-9
     assert np.isfinite(data["evaluation"]["autograd_value_and_vjp_s"])
+    # tracing the dynamics and running their VJP costs more than the dynamics alone
+    assert data["evaluation"]["autograd_value_and_vjp_s"] > data["evaluation"]["numpy_forward_s"]

@@ -431,7 +431,7 @@ def test_bosh3_adjoint_takes_fewer_evaluations_than_dopri5_on_short_intervals():
 def test_runge_kutta_pairs_have_their_order(method, order):
     """One step of size h on y' = y has local error ~ h^(order+1): halving h divides it by
     2^(order+1). Loose tolerances accept every step, so each output interval is one step."""
-    from odeint_autograd.rk import embedded_rk
+    from odeint_autograd.rk import TABLEAUX, embedded_rk
     errors = []
     for h in (0.1, 0.05):
         ys, nfe, steps = embedded_rk(method, lambda y, t: y, np.ones(1), np.array([0.0, h]),
@@ -439,6 +439,7 @@ def test_runge_kutta_pairs_have_their_order(method, order):
         assert steps == 1
         errors.append(abs(ys[1, 0] - np.exp(h)))
     assert 2 ** (order + 1) * 0.8 < errors[0] / errors[1] < 2 ** (order + 1) * 1.2
+    assert TABLEAUX[method].order == order  # the order the tableau states is the one measured
 
 
 @pytest.mark.parametrize("method", ["dopri5", "bosh3"])
