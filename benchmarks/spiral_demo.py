@@ -146,7 +146,7 @@ def main(argv=None):
         rows[("odeint_autograd lsoda", tol)] = ours(*data, "lsoda", tol)
         rows[("odeint_autograd adams", tol)] = ours(*data, "adams", tol)
         rows[("odeint_autograd adams seminorm", tol)] = ours(*data, "adams", tol, seminorm=True)
-        for adjoint_method in ("dopri5", "bosh3"):
+        for adjoint_method in ("dopri5", "bosh3", "rkf23"):
             rows[(f"odeint_autograd lsoda, {adjoint_method} adjoint", tol)] = ours(
                 *data, "lsoda", tol, adjoint_method=adjoint_method)
         rows[("autograd.scipy.integrate.odeint", tol)] = autograd_baseline(*data, tol)

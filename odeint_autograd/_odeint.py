@@ -39,7 +39,7 @@ class SolverStats:
     Pass one as ``odeint(..., stats=s)``; after the forward ``s.forward.nfe`` and
     ``s.forward.steps`` hold what the forward solve did, after a gradient ``s.backward`` holds the
     adjoint solves (their NFE counts evaluations of the augmented dynamics: one f and one VJP
-    each). Direct-backprop methods (rk4, dopri5, bosh3) have no backward solve. ``s.reset()``
+    each). Direct-backprop methods (rk4 and the adaptive pairs) have no backward solve. ``s.reset()``
     zeroes it.
     """
 
@@ -65,20 +65,21 @@ def odeint(func, y0, t, args=(), *, rtol=DEFAULT_TOL, atol=DEFAULT_TOL, method="
     method: 'lsoda' (scipy.integrate.odeint; switches to BDF when stiff), 'adams' (VODE implicit
     Adams with functional iteration: no Jacobian, the one for large states), 'bdf' (VODE BDF, for
     stiff problems): gradients by the adjoint method (Algorithm 1). 'rk4' (fixed steps of at most
-    `step_size`, one per interval if None), 'dopri5' (adaptive Dormand-Prince 5(4)) and 'bosh3'
-    (adaptive Bogacki-Shampine 3(2)): gradients by backprop through the solver's operations (the
-    paper's RK-Net).
+    `step_size`, one per interval if None), 'dopri5' (adaptive Dormand-Prince 5(4)), 'bosh3'
+    (adaptive Bogacki-Shampine 3(2)) and 'rkf23' (Fehlberg's 2(3) pair, propagated at order 3):
+    gradients by backprop through the solver's operations (the paper's RK-Net).
     rtol, atol: error tolerances (scipy's defaults). max_steps: the most internal steps between
     two output times. jacobian: for 'bdf'/'lsoda', 'dense' or 'diagonal' finite differences
     (None: dense up to 1000 states, diagonal above, so that large states never get an n x n one).
     adjoint_method, adjoint_rtol, adjoint_atol: the backward solves (default: the forward's).
-    adjoint_method may also be 'dopri5' or 'bosh3' (this package's Runge-Kutta pairs, in plain
-    numpy there): the backward solve restarts at every output time, which costs VODE/LSODA a
-    climb from order 1 each time, while these carry their step size over; with many output times
-    they take fewer evaluations. bosh3 (3 evaluations a step to dopri5's 6, but order 3) wins
+    adjoint_method may also be 'dopri5', 'bosh3' or 'rkf23' (this package's Runge-Kutta pairs, in
+    plain numpy there): the backward solve restarts at every output time, which costs VODE/LSODA
+    a climb from order 1 each time, while these carry their step size over; with many output
+    times they take fewer evaluations. The order-3 pairs (3 evaluations a step to dopri5's 6) win
     when one step spans an output interval anyway (short intervals, loose tolerances: the spiral
-    benchmark); at tight tolerances dopri5 takes as few or fewer (the latent experiments'
-    results compare them at 1.5e-8: solver_speed*).
+    benchmark), rkf23 most, as its step after each restart costs 3 evaluations to bosh3's 4 (no
+    first-same-as-last stage); at tight tolerances dopri5 takes as few or fewer (the latent
+    experiments' results compare them at 1.5e-8: solver_speed*).
     adjoint_seminorm: leave the parameter-gradient integrals out of the backward error control.
     checkpoints: an int k (k extra times evenly spaced between t[0] and t[-1]) or an array of
     times at which the forward states are stored, so that the backward solve restarts z from

@@ -81,7 +81,8 @@ def _exclusive(method):
         raise ODESolverError(
             f"method={method!r} was called from inside the dynamics of another odeint solve that "
             "uses scipy's VODE/LSODA. Those solvers keep global state and cannot be nested; give "
-            "the inner odeint method='dopri5', 'bosh3' or 'rk4' (pure Python, re-entrant).",
+            "the inner odeint method='dopri5', 'bosh3', 'rkf23' or 'rk4' (pure Python, "
+            "re-entrant).",
             method=method)
     with _lock:
         _owner = threading.get_ident()

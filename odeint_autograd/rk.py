@@ -15,10 +15,11 @@ from ._scipy import ODESolverError, _all_finite
 
 @dataclasses.dataclass(frozen=True)
 class Tableau:
-    """An embedded explicit Runge-Kutta pair whose last stage is first-same-as-last (FSAL): the
-    stages after the first have nodes c and coefficients a; b gives the propagated solution (its
-    order `order`), and e the difference between it and the embedded solution (order
-    `error_order`), whose last entry weighs f(y_new), the next step's first stage."""
+    """An embedded explicit Runge-Kutta pair: the stages after the first have nodes c and
+    coefficients a; b gives the propagated solution (its order `order`), and e the difference
+    between it and the embedded solution (order `error_order`). e's last entry weighs f(y_new),
+    the next step's first stage: a pair that uses it (first same as last, FSAL) evaluates it with
+    every step, one whose last entry is 0 only when a next step follows in the same solve."""
 
     c: tuple
     a: tuple
@@ -50,6 +51,16 @@ TABLEAUX = {
            (0.0, 3 / 4)),
         b=(2 / 9, 1 / 3, 4 / 9),
         e=(2 / 9 - 7 / 24, 1 / 3 - 1 / 4, 4 / 9 - 1 / 3, -1 / 8),
+        order=3, error_order=2),
+    # Fehlberg's 2(3) pair, propagated at order 3: 3 evaluations a step like bosh3, but no FSAL
+    # stage, so a step right after a restart (the adjoint's jump at each output time) costs 3
+    # evaluations where bosh3's costs 4; its error estimate is the cruder of the two.
+    "rkf23": Tableau(
+        c=(1.0, 1 / 2),
+        a=((1.0,),
+           (1 / 4, 1 / 4)),
+        b=(1 / 6, 1 / 6, 2 / 3),
+        e=(1 / 6 - 1 / 2, 1 / 6 - 1 / 2, 2 / 3, 0.0),
         order=3, error_order=2),
 }
 
@@ -119,10 +130,10 @@ def embedded_rk(method, fun, y0, t, rtol, atol, max_steps, step_hint=None):
     f = _Counted(fun, method)
     direction = 1.0 if getval(t[-1]) > getval(t[0]) else -1.0
     y, tc = y0, t[0]
-    k1 = f(y, tc)
     if step_hint is not None and "h" in step_hint:
-        h = step_hint["h"]
+        k1, h = None, step_hint["h"]
     else:
+        k1 = f(y, tc)
         h = _initial_step(f, y, k1, tc, direction, rtol, atol, tab.error_order)
     ys, steps = [y0], 0
     for i in range(1, len(t)):
@@ -138,11 +149,13 @@ def embedded_rk(method, fun, y0, t, rtol, atol, max_steps, step_hint=None):
             if abs(getval(step)) <= 16 * np.finfo(float).eps * max(abs(getval(tc)), 1e-300):
                 raise ODESolverError("step size underflow: the solution may blow up here",
                                      t=float(getval(tc)), method=method)
+            if k1 is None:
+                k1 = f(y, tc)
             ks = [k1]
             for c, a in zip(tab.c, tab.a):
                 ks.append(f(y + step * sum(aj * kj for aj, kj in zip(a, ks) if aj), tc + c * step))
             y_new = y + step * sum(b * k for b, k in zip(tab.b, ks) if b)
-            k_last = f(y_new, tc + step)  # FSAL: the next step's first stage
+            k_last = f(y_new, tc + step) if tab.e[-1] else None  # next step's first stage
             err = getval(step) * sum(e * getval(k) for e, k in zip(tab.e, ks + [k_last]) if e)
             scale = atol + rtol * np.maximum(np.abs(getval(y)), np.abs(getval(y_new)))
             err_norm = _rms(err / scale)

@@ -242,14 +242,14 @@ def solver_from_args(args, default_tol):
 
 def measure_solvers(make_objective, params, tols, methods=("adams", "lsoda")):
     """Seconds and NFE of one training gradient for each method, tolerance and adjoint norm, and
-    with the adjoint solved by the package's dopri5 and bosh3 (their step size carried across
-    the many output intervals, where scipy's solvers restart at each): make_objective(solver) ->
-    loss_and_grad(params, rng, stats) as given to `train`."""
+    with the adjoint solved by the package's dopri5, bosh3 and rkf23 (their step size carried
+    across the many output intervals, where scipy's solvers restart at each):
+    make_objective(solver) -> loss_and_grad(params, rng, stats) as given to `train`."""
     rows = []
     for tol in tols:
         for method in methods:
             for seminorm in (False, True):
-                for adjoint_method in (None, "dopri5", "bosh3"):
+                for adjoint_method in (None, "dopri5", "bosh3", "rkf23"):
                     solver = dict(method=method, rtol=tol, atol=tol, adjoint_seminorm=seminorm,
                                   adjoint_method=adjoint_method)
                     stats, start = SolverStats(), time.time()

@@ -134,7 +134,7 @@ def test_a_single_non_finite_entry_among_many_is_an_error(method, bad):
         assert not _all_finite(huge)
 
 
-@pytest.mark.parametrize("method", ["lsoda", "adams", "bdf", "dopri5", "bosh3"])
+@pytest.mark.parametrize("method", ["lsoda", "adams", "bdf", "dopri5", "bosh3", "rkf23"])
 def test_too_many_steps_is_an_error(method):
     with pytest.raises(ODESolverError, match="max_steps=5") as info:
         odeint(lambda y, t: np.cos(50 * t) * y, Y0, [0.0, 10.0], method=method, max_steps=5)

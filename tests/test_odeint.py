@@ -49,8 +49,9 @@ def weighted_sum(ys):
 
 @pytest.mark.parametrize("method, adjoint_method", [("lsoda", None), ("adams", None),
                                                     ("bdf", None), ("dopri5", None),
-                                                    ("bosh3", None), ("adams", "dopri5"),
-                                                    ("lsoda", "bosh3"), ("lsoda", "bdf")])
+                                                    ("bosh3", None), ("rkf23", None),
+                                                    ("adams", "dopri5"), ("lsoda", "bosh3"),
+                                                    ("lsoda", "rkf23"), ("lsoda", "bdf")])
 @pytest.mark.parametrize("direction", [1, -1])
 def test_linear_ode_values_and_gradients_against_expm(method, adjoint_method, direction):
     t = direction * np.array([0.0, 0.3, 0.7, 1.5, 2.0]) + 0.5
@@ -391,11 +392,11 @@ def test_solves_in_threads_give_the_same_answers():
         np.testing.assert_allclose(y, Y0 * np.exp(-k), rtol=1e-7)
 
 
-@pytest.mark.parametrize("rk_method, tol", [("dopri5", 1e-8), ("bosh3", 1e-6)])
+@pytest.mark.parametrize("rk_method, tol", [("dopri5", 1e-8), ("bosh3", 1e-6), ("rkf23", 1e-6)])
 def test_runge_kutta_adjoint_carries_its_step_over_the_output_intervals(rk_method, tol):
     """With many output times the backward solve restarts often; dopri5 and bosh3 keep their
     step size, so they need fewer evaluations than VODE's restarts from order 1, and give the
-    same gradient (bosh3, of order 3, at a tolerance where its steps can still be long)."""
+    same gradient (the order-3 pairs at a tolerance where their steps can still be long)."""
     params = mlp_params(12, hidden=16)
     y0 = np.random.RandomState(13).randn(6, 3)
     t = np.linspace(0.0, 2.0, 60)
@@ -411,23 +412,47 @@ def test_runge_kutta_adjoint_carries_its_step_over_the_output_intervals(rk_metho
     assert results[rk_method][1] < results["adams"][1]
 
 
-def test_bosh3_adjoint_takes_fewer_evaluations_than_dopri5_on_short_intervals():
-    """200 output times over [0, 2] at tol 1e-6: each backward interval is about one step of
-    either pair, and bosh3's step costs 3 evaluations to dopri5's 6."""
+def test_order_3_adjoints_take_fewer_evaluations_than_dopri5_on_short_intervals():
+    """200 output times over [0, 2] at tol 1e-4: each backward interval is one step of any pair.
+    After each restart bosh3's step costs 4 evaluations (a fresh first stage and 3 more), rkf23's
+    3 (it has no first-same-as-last stage), dopri5's 7; the gradients agree with a tight one."""
     params = mlp_params(12, hidden=16)
     y0 = np.random.RandomState(13).randn(6, 3)
     t = np.linspace(0.0, 2.0, 200)
-    nfe = {}
-    for adjoint_method in ("dopri5", "bosh3"):
+    nfe, grads = {}, {}
+    for adjoint_method, tol in (("dopri5", 1e-4), ("bosh3", 1e-4), ("rkf23", 1e-4),
+                                ("dopri5", 1e-10)):
         stats = SolverStats()
-        grad(lambda p: weighted_sum(odeint(mlp, y0, t, tuple(p), method="adams",
-                                           adjoint_method=adjoint_method, rtol=1e-6, atol=1e-6,
-                                           stats=stats)))(params)
-        nfe[adjoint_method] = stats.backward.nfe
-    assert nfe["bosh3"] < 0.75 * nfe["dopri5"]
+        grads[adjoint_method, tol] = grad(lambda p: weighted_sum(odeint(
+            mlp, y0, t, tuple(p), method="adams", adjoint_method=adjoint_method, rtol=tol,
+            atol=tol, stats=stats)))(params)
+        nfe[adjoint_method, tol] = stats.backward.nfe, stats.backward.steps
+    (n_rkf23, steps), (n_bosh3, _), (n_dopri5, _) = (nfe[m, 1e-4] for m in ("rkf23", "bosh3",
+                                                                           "dopri5"))
+    # about one step per interval; 3 stages a step, and one evaluation to pick the first step
+    assert steps <= 201 and n_rkf23 == 3 * steps + 1
+    assert n_rkf23 < 0.8 * n_bosh3 < 0.6 * n_dopri5
+    for method in ("dopri5", "bosh3", "rkf23"):
+        for a, b in zip(grads["dopri5", 1e-10], grads[method, 1e-4]):
+            np.testing.assert_allclose(b, a, atol=1e-3 * np.abs(a).max())
 
 
-@pytest.mark.parametrize("method, order", [("dopri5", 5), ("bosh3", 3)])
+def test_rkf23_is_more_cautious_than_bosh3():
+    """Both propagate an order-3 solution; rkf23 estimates its error against Heun's method, bosh3
+    against a better order-2 solution, so at one tolerance rkf23 takes more, shorter steps and
+    ends more accurate: it pays only where the output times cut the steps short anyway."""
+    t = np.linspace(0.0, 3.0, 4)
+    exact = np.array([expm(A * ti) @ Y0 for ti in t])
+    nfe, error = {}, {}
+    for method in ("bosh3", "rkf23"):
+        stats = SolverStats()
+        ys = odeint(linear, Y0, t, (A,), method=method, rtol=1e-6, atol=1e-6, stats=stats)
+        nfe[method], error[method] = stats.forward.nfe, np.abs(ys - exact).max()
+    assert nfe["rkf23"] > 1.5 * nfe["bosh3"]
+    assert error["rkf23"] < 0.5 * error["bosh3"]
+
+
+@pytest.mark.parametrize("method, order", [("dopri5", 5), ("bosh3", 3), ("rkf23", 3)])
 def test_runge_kutta_pairs_have_their_order(method, order):
     """One step of size h on y' = y has local error ~ h^(order+1): halving h divides it by
     2^(order+1). Loose tolerances accept every step, so each output interval is one step."""
@@ -437,12 +462,14 @@ def test_runge_kutta_pairs_have_their_order(method, order):
         ys, nfe, steps = embedded_rk(method, lambda y, t: y, np.ones(1), np.array([0.0, h]),
                                      1e6, 1e6, 10, step_hint={"h": h})
         assert steps == 1
+        # the stages, and f(y_new) only for a pair whose error estimate weighs it (FSAL)
+        assert nfe == len(TABLEAUX[method].b) + (TABLEAUX[method].e[-1] != 0)
         errors.append(abs(ys[1, 0] - np.exp(h)))
     assert 2 ** (order + 1) * 0.8 < errors[0] / errors[1] < 2 ** (order + 1) * 1.2
     assert TABLEAUX[method].order == order  # the order the tableau states is the one measured
 
 
-@pytest.mark.parametrize("method", ["dopri5", "bosh3"])
+@pytest.mark.parametrize("method", ["dopri5", "bosh3", "rkf23"])
 def test_runge_kutta_error_follows_the_tolerance(method):
     """The embedded error estimate steers the step: the global error on y' = Ay falls with the
     tolerance and stays within a small multiple of it."""
