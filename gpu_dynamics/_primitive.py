@@ -196,10 +196,22 @@ class TFPrimitive:
         return out, tuple(full)
 
     def value_and_vjp(self, g, y, t, *args):
-        """(f, g_y, g_t, g_args) for dynamics f(y, t, *args), one TensorFlow call: the protocol
-        odeint_autograd's adjoint uses for its augmented dynamics. g_args matches args."""
+        """(f, g_y, g_t, g_args) for dynamics f(y, t, *args), one TensorFlow call. g_args
+        matches args."""
         f, grads = self.value_and_grads(g, y, t, *args)
         return f, grads[0], grads[1], grads[2:]
+
+    def augmented_dynamics(self, a, y, t, *args, want_t=True, want_args=True):
+        """The adjoint's augmented dynamics at (y, a) as one flat float64 array, from one
+        TensorFlow call that also negates and concatenates (the protocol odeint's backward solve
+        uses): [f, -a^T df/dy, -a^T df/dargs for each float arg in order (want_args),
+        -a^T df/dt (want_t)], each part flattened."""
+        arrays = (y, t) + args
+        self._check_untraced(a, arrays, "augmented_dynamics")
+        wrt = ((0,) + (tuple(i for i in range(2, len(arrays)) if _is_float(arrays[i]))
+                       if want_args else ()) + ((1,) if want_t else ()))
+        out, = self._run(wrt, arrays, a, assembled=True)
+        return out
 
     def _vjp_maker(self, argnums, ans, arrays, kwargs):
         def vjp(g):
@@ -216,8 +228,9 @@ class TFPrimitive:
                 "supported")
 
     # --- one TensorFlow call ---------------------------------------------------------------
-    def _run(self, wrt, arrays, g=None):
-        """fn's value (and, when wrt is a tuple, the VJPs wrt those positions) as float64."""
+    def _run(self, wrt, arrays, g=None, assembled=False):
+        """fn's value (and, when wrt is a tuple, the VJPs wrt those positions) as float64; or,
+        assembled, the augmented dynamics [f, -VJPs...] as one flat float64 array."""
         entered = time.perf_counter()
         with self._lock:  # the staging buffers are this function's own
             arrays = [np.asarray(a) for a in arrays]
@@ -230,7 +243,7 @@ class TFPrimitive:
                     raise ValueError(f"{self!r}: the cotangent g has shape {g.shape}, fn's value "
                                      f"{tuple(expected)}")
                 tensors.insert(0, self._staged(-1, g))
-            compiled = self._concrete(wrt, tensors)
+            compiled = self._concrete(wrt, tensors, assembled)
             start = time.perf_counter()
             with tf.device(self.device):
                 results = [np.asarray(r) for r in compiled(*tensors)]
@@ -287,13 +300,14 @@ class TFPrimitive:
     def _output_shape(self, tensors):
         return self._concrete(None, tensors).structured_outputs[0].shape
 
-    def _concrete(self, wrt, tensors):
+    def _concrete(self, wrt, tensors, assembled=False):
         signature = tuple((tuple(x.shape), x.dtype) for x in tensors)
-        key = (signature, wrt)
+        key = (signature, wrt, assembled)
         compiled = self._compiled.get(key)
         if compiled is None:
             specs = [tf.TensorSpec(shape, dtype) for shape, dtype in signature]
-            body = self._value_body if wrt is None else functools.partial(self._vjp_body, wrt)
+            body = (self._value_body if wrt is None else
+                    functools.partial(self._augmented_body if assembled else self._vjp_body, wrt))
             with tf.device(self.device):
                 compiled = tf.function(body, input_signature=specs,
                                        jit_compile=self.jit_compile).get_concrete_function()
@@ -314,10 +328,26 @@ class TFPrimitive:
                               unconnected_gradients=tf.UnconnectedGradients.ZERO)
         return tuple(tf.cast(r, tf.float64) for r in (out, *grads))
 
+    def _augmented_body(self, wrt, a, *xs):
+        """[f, -a^T dfn/dxs[i] for i in wrt] flattened and concatenated in the model dtype, then
+        cast once: the negation rides on the cotangent, and no part is cast on its own."""
+        self.traces += 1
+        xs = [tf.cast(x, self.dtype) if x.dtype.is_floating else x for x in xs]
+        watched = [xs[i] for i in wrt]
+        with tf.GradientTape(watch_accessed_variables=False) as tape:
+            tape.watch(watched)
+            out = self._checked(self.fn(*xs))
+        grads = tape.gradient(out, watched, output_gradients=-tf.cast(a, out.dtype),
+                              unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        flat = tf.concat([tf.reshape(r, [-1]) for r in (out, *grads)], axis=0)
+        return (tf.cast(flat, tf.float64),)
+
     def _output(self, xs):
         """fn on the inputs cast to the model dtype."""
         xs = [tf.cast(x, self.dtype) if x.dtype.is_floating else x for x in xs]
-        out = self.fn(*xs)
+        return self._checked(self.fn(*xs))
+
+    def _checked(self, out):
         if not isinstance(out, (tf.Tensor, tf.Variable)) or not out.dtype.is_floating:
             raise ValueError(f"{self!r}: fn must return one float tensor, not {out!r}")
         return out

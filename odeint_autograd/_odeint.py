@@ -60,7 +60,11 @@ def odeint(func, y0, t, args=(), *, rtol=DEFAULT_TOL, atol=DEFAULT_TOL, method="
     strictly increasing or strictly decreasing times. Returns an array (len(t),) + y0.shape whose
     first row is y0. Gradients (any order) flow to y0, every entry of t and every float array in
     `args` (a tuple; its entries may be arrays, scalars or nested lists/tuples/dicts of them).
-    Values that func needs gradients for must come through `args`, not a closure.
+    Values that func needs gradients for must come through `args`, not a closure. A func may
+    offer the backward solve a fused call (gpu_dynamics' primitives do):
+    `func.augmented_dynamics(a, y, t, *args, want_t, want_args)`, the flat derivative
+    [f, -a^T df/dy, -a^T df/dargs (float args in order, if want_args), -a^T df/dt (if want_t)],
+    or `func.value_and_vjp(g, y, t, *args) -> (f, g_y, g_t, g_args)`; else autograd traces it.
 
     method: 'lsoda' (scipy.integrate.odeint; switches to BDF when stiff), 'adams' (VODE implicit
     Adams with functional iteration: no Jacobian, the one for large states), 'bdf' (VODE BDF, for
@@ -173,6 +177,10 @@ def _solve_adjoint(func, y0, t, args, opts):
             g_leaves, _ = _flatten(tuple(g_args))
             return (f, g_y, g_t) + tuple(g_leaves[i] for i in floats)
         flat_func.value_and_vjp = value_and_vjp
+    assembled = getattr(func, "augmented_dynamics", None)
+    if assembled is not None:  # its parameter part follows the float args in order already
+        flat_func.augmented_dynamics = lambda a, y, tt, *values, **kw: assembled(
+            a, y, tt, *with_floats(values), **kw)
 
     return odeint_adjoint(y0, t, *[leaves[i] for i in floats], func=flat_func, opts=opts)
 
@@ -233,8 +241,9 @@ def _check_output(func, shape):
                              f"shape {shape}")
         return f
 
-    if hasattr(func, "value_and_vjp"):
-        checked.value_and_vjp = func.value_and_vjp
+    for protocol in ("value_and_vjp", "augmented_dynamics"):  # the adjoint's fused calls
+        if hasattr(func, protocol):
+            setattr(checked, protocol, getattr(func, protocol))
     return checked
 
 

@@ -89,10 +89,18 @@ def _augmented_dynamics(func, shape, want_t, want_args):
     """The dynamics of s = [z, a, a_theta, a_t] (a_theta and a_t only when wanted)."""
     n = int(np.prod(shape))
     fused = getattr(func, "value_and_vjp", None)
+    assembled = getattr(func, "augmented_dynamics", None)
 
     def aug(s, t, *args):
         if any(isbox(x) for x in (s, t) + args):
             return _augmented_step(anp, s, t, args, value_and_vjp_fn)
+        if assembled is not None:  # the whole derivative from func's own fused call
+            ds = assembled(np.reshape(s[n:2 * n], shape), np.reshape(s[:n], shape), t, *args,
+                           want_t=want_t, want_args=want_args)
+            if np.shape(ds) != np.shape(s):
+                raise ValueError(f"func.augmented_dynamics returned shape {np.shape(ds)}; the "
+                                 f"augmented state [z, a, a_args, a_t] has shape {np.shape(s)}")
+            return ds
         return _augmented_step(np, s, t, args, fused or value_and_vjp_fn)  # plain numpy: faster
 
     def value_and_vjp_fn(g, z, t, *args):

@@ -373,7 +373,9 @@ def tf_overhead_block():
     if data is None:
         return "TensorFlow overhead benchmark: not run yet (`python benchmarks/tf_overhead.py`)."
     xla = benchmark("tf_overhead_xla")
-    runs = [("", data)] + ([(" (XLA)", xla)] if xla else [])
+    parts = benchmark("tf_overhead_value_and_vjp")
+    runs = ([("", data)] + ([(" (XLA)", xla)] if xla else [])
+            + ([(" (value_and_vjp)", parts)] if parts else []))
     rows = [[phase + label] + [run[phase][k] for k in ("wall_s", "tf_share", "scipy_share",
                                                         "glue_share", "nfe", "tf_ms_per_call",
                                                         "evaluation_ms", "scipy_ms_per_step")]
@@ -383,7 +385,11 @@ def tf_overhead_block():
         "6x6x64) with Adams at tol 1e-3, split into time inside TensorFlow, scipy's own solver "
         "time, and the project's glue."
         + (f" The (XLA) rows: `{xla.get('command')}` ({xla.get('date')}), the same with "
-           "`tf_primitive(..., jit_compile=True)`." if xla else ""),
+           "`tf_primitive(..., jit_compile=True)`." if xla else "")
+        + (f" The (value_and_vjp) rows: `{parts.get('command')}` ({parts.get('date')}), the "
+           "backward solve given only `value_and_vjp`, so that odeint negates and concatenates "
+           "the parts in numpy instead of TensorFlow doing it in `augmented_dynamics`."
+           if parts else ""),
         table(["phase", "wall s", "TF share", "scipy share", "glue share", "NFE",
                "TF ms per call", "ms per evaluation", "scipy ms/step"], rows),
         "scipy alone, the same solver on states of the forward's and the backward's size with "
@@ -394,11 +400,14 @@ def tf_overhead_block():
                for name, r in data["scipy_alone"].items()]),
         f"One backward augmented evaluation takes {data['backward_evaluation_over_fused_call']:.2f}"
         f"x one fused TensorFlow value+VJP call timed on its own, back to back "
-        f"({data['fused_value_vjp_call_ms']:.1f} ms), and "
-        f"{data['backward_evaluation_over_its_tf_call']:.2f}x the TensorFlow "
-        f"call it makes inside the solve ({data['backward']['tf_ms_per_call']:.1f} ms); the "
-        "difference is the project's glue (the augmented state's assembly, the finite check, "
-        "the copies into TensorFlow).",
+        f"({data['fused_value_vjp_call_ms']:.1f} ms; the target's measure), "
+        f"{data['backward_evaluation_over_augmented_call']:.2f}x the call it makes, "
+        "`augmented_dynamics` (the same plus the negations and the concatenation into one "
+        f"array, inside TensorFlow), timed the same way ({data['augmented_dynamics_call_ms']:.1f}"
+        f" ms), and {data['backward_evaluation_over_its_tf_call']:.2f}x that call as timed inside "
+        f"the solve ({data['backward']['tf_ms_per_call']:.1f} ms); the difference is the "
+        "project's glue (the copies of the state and the adjoint into TensorFlow, the finite "
+        "check, the Python between scipy and TensorFlow).",
         tf_targets(data)])
 
 

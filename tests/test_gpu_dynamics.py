@@ -66,7 +66,11 @@ def test_fused_value_and_vjp_gives_the_plain_gradients():
     rng = np.random.RandomState(1)
     y0, t, params = rng.randn(2, 3), np.array([0.0, 0.5, 1.0]), mlp_params(rng)
     f = tf_primitive(mlp_tf, dtype=f64)
-    plain = lambda y, t, *p: f(y, t, *p)  # noqa: E731 -- no value_and_vjp: autograd's VJP path
+    plain = lambda y, t, *p: f(y, t, *p)  # noqa: E731 -- no fused call: autograd's VJP path
+
+    def vjp_only(y, t, *p):  # the value_and_vjp protocol alone: odeint assembles the parts
+        return f(y, t, *p)
+    vjp_only.value_and_vjp = f.value_and_vjp
 
     def grads(func, stats):
         def fun(y0, t, params):
@@ -74,20 +78,23 @@ def test_fused_value_and_vjp_gives_the_plain_gradients():
                                   method="adams", stats=stats) ** 2)
         return autograd.grad(fun, (0, 1, 2))(y0, t, params)
 
-    s_fused, s_plain = SolverStats(), SolverStats()
-    g_fused = grads(f, s_fused)
-    # one TensorFlow call per augmented evaluation: no value calls beyond the forward solve's
-    # and the len(t) - 1 of dL/dt_i = g_i . f(z(t_i)); autograd's path adds one per evaluation
-    assert f.stats.vjp_calls == s_fused.backward.nfe > 0
-    assert f.stats.value_calls == s_fused.forward.nfe + len(t) - 1
-    f.stats.reset()
-    g_plain = grads(plain, s_plain)
-    assert s_fused.backward.nfe == s_plain.backward.nfe
-    assert f.stats.value_calls == s_plain.forward.nfe + len(t) - 1 + s_plain.backward.nfe
-    for a, b in zip(flatten(g_fused)[0], flatten(g_plain)[0]):
-        assert rel_err(a, b) < 1e-12
+    results = {}
+    for name, func in (("assembled", f), ("vjp_only", vjp_only), ("plain", plain)):
+        f.stats.reset()
+        stats = SolverStats()
+        results[name] = flatten(grads(func, stats))[0]
+        if name == "plain":  # autograd's path: a value call and a VJP call per evaluation
+            assert f.stats.value_calls == stats.forward.nfe + len(t) - 1 + stats.backward.nfe
+        else:
+            # one TensorFlow call per augmented evaluation: no value calls beyond the forward
+            # solve's and the len(t) - 1 of dL/dt_i = g_i . f(z(t_i))
+            assert f.stats.vjp_calls == stats.backward.nfe > 0
+            assert f.stats.value_calls == stats.forward.nfe + len(t) - 1
+    for name in ("vjp_only", "plain"):
+        assert rel_err(results["assembled"], results[name]) < 1e-12
 
-    # and the protocol itself: (f, g_y, g_t, g_args) with g_args matching args
+    # and the protocols themselves: (f, g_y, g_t, g_args) with g_args matching args, and the
+    # augmented dynamics [f, -g_y, -g_args, -g_t] flattened
     g = rng.randn(2, 3)
     value, g_y, g_t, g_args = f.value_and_vjp(g, y0, 0.3, *params)
     vjp, _ = autograd.make_vjp(lambda y, tt, *p: f(y, tt, *p), argnum=(0, 1, 2, 3, 4))(
@@ -97,6 +104,26 @@ def test_fused_value_and_vjp_gives_the_plain_gradients():
     assert isinstance(g_args, tuple) and len(g_args) == 3
     for a, b in zip((g_y, g_t) + g_args, expected):
         assert np.shape(a) == np.shape(b) and rel_err(a, b) < 1e-13
+    for want_t in (False, True):
+        for want_args in (False, True):
+            parts = [value, -g_y] + ([-x for x in g_args] if want_args else []) + (
+                [-g_t] if want_t else [])
+            got = f.augmented_dynamics(g, y0, 0.3, *params, want_t=want_t, want_args=want_args)
+            want = np.concatenate([np.ravel(x) for x in parts])
+            assert got.dtype == np.float64 and got.shape == want.shape
+            assert rel_err(got, want) < 1e-13
+
+
+def test_a_wrong_augmented_dynamics_is_refused():
+    f = tf_primitive(mlp_tf, dtype=f64)
+    rng = np.random.RandomState(3)
+    y0, params = rng.randn(2, 3), mlp_params(rng)
+
+    def bad(y, t, *p):
+        return f(y, t, *p)
+    bad.augmented_dynamics = lambda a, y, t, *p, **kw: np.zeros(3)
+    with pytest.raises(ValueError, match="augmented_dynamics returned shape"):
+        autograd.grad(lambda y: anp.sum(odeint(bad, y, [0.0, 1.0], tuple(params))))(y0)
 
 
 def test_no_retrace_for_new_times_or_parameter_values():
@@ -211,6 +238,14 @@ def test_xla_and_float32_agree_with_float64():
         assert np.max(np.abs(c - a)) < 1e-4 * scale(a)
         assert np.asarray(c).dtype == np.float64
     assert rel_err(single[0], ref[0]) > 1e-12  # float32 inside TensorFlow for the default
+    # the assembled augmented dynamics: its parts in each dtype, with and without XLA
+    value, g_y, g_t, g_args = ref[0], ref[1], ref[2], ref[3:]
+    want = np.concatenate([np.ravel(x) for x in [value, -g_y] + [-x for x in g_args] + [-g_t]])
+    for kwargs, accuracy in ((dict(dtype=f64), 1e-12), (dict(dtype=f64, jit_compile=True), 1e-10),
+                             (dict(), 1e-4), (dict(jit_compile=True), 1e-4)):
+        got = tf_primitive(layers.ode_dynamics, **kwargs).augmented_dynamics(g, y, 0.3, *params)
+        assert got.dtype == np.float64
+        assert np.max(np.abs(got - want)) < accuracy * np.max(np.abs(want))
 
 
 # --- the blocks' shapes, parameter counts and definitions -------------------------------------
