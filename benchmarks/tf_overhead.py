@@ -17,7 +17,7 @@ odeint_autograd's internals for this measurement only. Results: a table, and JSO
 with the command, date, machine and load average.
 
     python benchmarks/tf_overhead.py [--repeats 5] [--xla] [--blas-threads 1]
-                                     [--protocol value_and_vjp]
+                                     [--protocol value_and_vjp] [--scipy-blas-unlimited]
 """
 import argparse
 import contextlib
@@ -114,10 +114,15 @@ def main(argv=None):
     parser.add_argument("--blas-threads", type=int, default=None,
                         help="OpenBLAS threads, which scipy's VODE uses for its vector updates "
                              "(default: OpenBLAS's own choice, one per core)")
+    parser.add_argument("--scipy-blas-unlimited", action="store_true",
+                        help="lift odeint's limit of scipy's own OpenBLAS to one thread while "
+                             "it solves (to measure what the limit is for)")
     parser.add_argument("--out", default=os.path.join(ROOT, "figures", "benchmarks",
                                                       "tf_overhead.json"))
     args = parser.parse_args(argv)
 
+    if args.scipy_blas_unlimited:
+        _scipy._scipy_blas_single_threaded = contextlib.nullcontext
     rng = np.random.RandomState(args.seed)
     f = tf_primitive(layers.ode_dynamics, jit_compile=args.xla)
     params = tuple(layers.init_ode_dynamics(rng, args.channels))
@@ -217,6 +222,7 @@ def main(argv=None):
                      "dtype": f.dtype.name, "jit_compile": args.xla, "repeats": args.repeats,
                      "seed": args.seed,
                      "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS") or "default",
+                     "scipy_blas_limited_to_one_thread": not args.scipy_blas_unlimited,
                      "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads()},
         "forward": summary["forward"], "backward": summary["backward"],
         "fused_value_vjp_call_ms": 1e3 * fused_call_s,

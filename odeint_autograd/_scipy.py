@@ -1,7 +1,7 @@
 """The forward solve through scipy's compiled ODE solvers (VODE and LSODA).
 
 Plain numpy in, plain numpy out: the states at every requested time, with the counts of what the
-solver did. Two properties of scipy's solvers shape this file:
+solver did. Three properties of scipy's solvers shape this file:
 
 - A Python exception raised inside the dynamics cannot unwind scipy's C VODE (it keeps calling
   back with the error set and returns garbage). So the dynamics run inside `_Guarded`, which keeps
@@ -11,9 +11,10 @@ solver did. Two properties of scipy's solvers shape this file:
   dynamics of another corrupts the outer one. `_exclusive` refuses such nested solves with a clear
   error (and serialises solves from different threads).
 - The solvers' own vector operations go through the OpenBLAS bundled with scipy's wheels, whose
-  threads cost more than they bring on large states (VODE's own time per step on 295,000 numbers:
-  22 ms with 2 threads, 5 ms with 1). `_scipy_blas_single_threaded` limits that library, and only
-  that one (numpy's, used by the dynamics, is a separate library), while scipy solves.
+  threads keep spinning after each call and take cores from the dynamics' own threads
+  (TensorFlow's: `benchmarks/tf_overhead.py` with and without `--scipy-blas-unlimited`).
+  `_scipy_blas_single_threaded` limits that library, and only that one (numpy's, used by the
+  dynamics, is a separate library), while scipy solves.
 """
 import threading
 import warnings
