@@ -27,6 +27,7 @@ import os
 import shlex
 import sys
 import time
+from unittest import mock
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -120,9 +121,15 @@ def main(argv=None):
     parser.add_argument("--out", default=os.path.join(ROOT, "figures", "benchmarks",
                                                       "tf_overhead.json"))
     args = parser.parse_args(argv)
+    with contextlib.ExitStack() as stack:
+        if args.scipy_blas_unlimited:
+            stack.enter_context(mock.patch.object(_scipy, "_scipy_blas_single_threaded",
+                                                  contextlib.nullcontext))
+        return measure(args, argv)
 
-    if args.scipy_blas_unlimited:
-        _scipy._scipy_blas_single_threaded = contextlib.nullcontext
+
+def measure(args, argv):
+    """The benchmark itself: prints the table, writes args.out, returns the results."""
     rng = np.random.RandomState(args.seed)
     f = tf_primitive(layers.ode_dynamics, jit_compile=args.xla)
     params = tuple(layers.init_ode_dynamics(rng, args.channels))
