@@ -82,8 +82,10 @@ def odeint(func, y0, t, args=(), *, rtol=DEFAULT_TOL, atol=DEFAULT_TOL, method="
     times they take fewer evaluations. The order-3 pairs (3 evaluations a step to dopri5's 6) win
     when one step spans an output interval anyway (short intervals, loose tolerances: the spiral
     benchmark), rkf23 most, as its step after each restart costs 3 evaluations to bosh3's 4 (no
-    first-same-as-last stage); at tight tolerances dopri5 takes as few or fewer (the latent
-    experiments' results compare them at 1.5e-8: solver_speed*).
+    first-same-as-last stage), though its more cautious error estimate makes it take more
+    steps than bosh3 where steps are shorter than the intervals; at tight tolerances dopri5
+    takes as few or fewer (the latent experiments' results compare them at 1.5e-8:
+    solver_speed*).
     adjoint_seminorm: leave the parameter-gradient integrals out of the backward error control.
     checkpoints: an int k (k extra times evenly spaced between t[0] and t[-1]) or an array of
     times at which the forward states are stored, so that the backward solve restarts z from
