@@ -39,8 +39,8 @@ class SolverStats:
     Pass one as ``odeint(..., stats=s)``; after the forward ``s.forward.nfe`` and
     ``s.forward.steps`` hold what the forward solve did, after a gradient ``s.backward`` holds the
     adjoint solves (their NFE counts evaluations of the augmented dynamics: one f and one VJP
-    each). Direct-backprop methods (rk4 and the adaptive pairs) have no backward solve. ``s.reset()``
-    zeroes it.
+    each). Direct-backprop methods (rk4 and the adaptive pairs) have no backward solve.
+    ``s.reset()`` zeroes it.
     """
 
     forward: Counts = dataclasses.field(default_factory=Counts)

@@ -54,7 +54,8 @@ TABLEAUX = {
         order=3, error_order=2),
     # Fehlberg's 2(3) pair, propagated at order 3: 3 evaluations a step like bosh3, but no FSAL
     # stage, so a step right after a restart (the adjoint's jump at each output time) costs 3
-    # evaluations where bosh3's costs 4; its error estimate is the cruder of the two.
+    # evaluations where bosh3's costs 4; its error estimate (against Heun's method) is the more
+    # cautious, so where steps are shorter than the output spacing it takes more of them.
     "rkf23": Tableau(
         c=(1.0, 1 / 2),
         a=((1.0,),

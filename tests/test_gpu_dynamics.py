@@ -114,6 +114,30 @@ def test_fused_value_and_vjp_gives_the_plain_gradients():
             assert rel_err(got, want) < 1e-13
 
 
+def test_augmented_dynamics_with_an_int_argument():
+    """An int argument gets no gradient and no slot in the augmented state; the float ones keep
+    their order, so odeint's gradients through augmented_dynamics equal autograd numpy's."""
+    rng = np.random.RandomState(4)
+    y0, params = rng.randn(2, 3), mlp_params(rng)
+    power = np.array(3)
+
+    @tf_primitive(dtype=f64)
+    def f_tf(y, t, w1, k, b1, w2):
+        return mlp_tf(y, t, w1, b1, w2) / tf.cast(k, y.dtype)
+
+    def f_np(y, t, w1, k, b1, w2):
+        return mlp_np(y, t, w1, b1, w2) / k
+
+    def loss(func):
+        return lambda p: anp.sum(odeint(func, y0, [0.0, 0.7], (p[0], power, p[1], p[2]),
+                                        rtol=1e-10, atol=1e-10, method="adams")[-1] ** 2)
+    f_tf.stats.reset()
+    got = autograd.grad(loss(f_tf))(params)
+    assert f_tf.stats.vjp_calls > 0
+    for a, b in zip(got, autograd.grad(loss(f_np))(params)):
+        assert rel_err(a, b) < 1e-8
+
+
 def test_a_wrong_augmented_dynamics_is_refused():
     f = tf_primitive(mlp_tf, dtype=f64)
     rng = np.random.RandomState(3)
