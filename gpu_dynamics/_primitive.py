@@ -316,38 +316,38 @@ class TFPrimitive:
 
     def _value_body(self, *xs):
         self.traces += 1
-        return (tf.cast(self._output(xs), tf.float64),)
+        return (tf.cast(self._output(self._model_inputs(xs)), tf.float64),)
 
     def _vjp_body(self, wrt, g, *xs):
         self.traces += 1
-        watched = [xs[i] for i in wrt]  # float64 inputs: their gradients come back as float64
-        with tf.GradientTape(watch_accessed_variables=False) as tape:
-            tape.watch(watched)
-            out = self._output(xs)
-        grads = tape.gradient(out, watched, output_gradients=tf.cast(g, out.dtype),
-                              unconnected_gradients=tf.UnconnectedGradients.ZERO)
-        return tuple(tf.cast(r, tf.float64) for r in (out, *grads))
+        return tuple(tf.cast(r, tf.float64) for r in self._value_and_vjps(wrt, g, xs))
 
     def _augmented_body(self, wrt, a, *xs):
         """[f, -a^T dfn/dxs[i] for i in wrt] flattened and concatenated in the model dtype, then
-        cast once: the negation rides on the cotangent, and no part is cast on its own."""
+        cast once: the minus sign rides on the cotangent, and no part is cast on its own."""
         self.traces += 1
-        xs = [tf.cast(x, self.dtype) if x.dtype.is_floating else x for x in xs]
+        parts = self._value_and_vjps(wrt, a, xs, negate=True)
+        return (tf.cast(tf.concat([tf.reshape(r, [-1]) for r in parts], axis=0), tf.float64),)
+
+    def _value_and_vjps(self, wrt, g, xs, negate=False):
+        """fn's value and g^T dfn/dxs[i] for i in wrt (-g^T... if negate), in the model dtype."""
+        xs = self._model_inputs(xs)
         watched = [xs[i] for i in wrt]
         with tf.GradientTape(watch_accessed_variables=False) as tape:
             tape.watch(watched)
-            out = self._checked(self.fn(*xs))
-        grads = tape.gradient(out, watched, output_gradients=-tf.cast(a, out.dtype),
+            out = self._output(xs)
+        g = tf.cast(g, out.dtype)
+        grads = tape.gradient(out, watched, output_gradients=-g if negate else g,
                               unconnected_gradients=tf.UnconnectedGradients.ZERO)
-        flat = tf.concat([tf.reshape(r, [-1]) for r in (out, *grads)], axis=0)
-        return (tf.cast(flat, tf.float64),)
+        return (out, *grads)
+
+    def _model_inputs(self, xs):
+        """The float inputs cast to the model dtype (the others as they are)."""
+        return [tf.cast(x, self.dtype) if x.dtype.is_floating else x for x in xs]
 
     def _output(self, xs):
-        """fn on the inputs cast to the model dtype."""
-        xs = [tf.cast(x, self.dtype) if x.dtype.is_floating else x for x in xs]
-        return self._checked(self.fn(*xs))
-
-    def _checked(self, out):
+        """fn on inputs in the model dtype, checked to be one float tensor."""
+        out = self.fn(*xs)
         if not isinstance(out, (tf.Tensor, tf.Variable)) or not out.dtype.is_floating:
             raise ValueError(f"{self!r}: fn must return one float tensor, not {out!r}")
         return out
