@@ -13,6 +13,7 @@ from autograd.tracer import getval
 
 from ._scipy import ODESolverError, _all_finite
 
+
 @dataclasses.dataclass(frozen=True)
 class Tableau:
     """An embedded explicit Runge-Kutta pair: the stages after the first have nodes c and

@@ -1,4 +1,4 @@
-"""The spiral benchmark runs end to end and counts what it says (one repeat; times unchecked)."""
+"""The benchmarks run end to end and count what they say (one repeat; times unchecked)."""
 import importlib.util
 import json
 import os

@@ -394,9 +394,9 @@ def test_solves_in_threads_give_the_same_answers():
 
 @pytest.mark.parametrize("rk_method, tol", [("dopri5", 1e-8), ("bosh3", 1e-6), ("rkf23", 1e-6)])
 def test_runge_kutta_adjoint_carries_its_step_over_the_output_intervals(rk_method, tol):
-    """With many output times the backward solve restarts often; dopri5 and bosh3 keep their
-    step size, so they need fewer evaluations than VODE's restarts from order 1, and give the
-    same gradient (the order-3 pairs at a tolerance where their steps can still be long)."""
+    """With many output times the backward solve restarts often; the Runge-Kutta pairs keep
+    their step size, so they need fewer evaluations than VODE's restarts from order 1, and give
+    the same gradient (the order-3 pairs at a tolerance where their steps can still be long)."""
     params = mlp_params(12, hidden=16)
     y0 = np.random.RandomState(13).randn(6, 3)
     t = np.linspace(0.0, 2.0, 60)
