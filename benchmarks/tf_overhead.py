@@ -10,11 +10,12 @@ phase's wall time is split into
     glue   everything else: odeint's and autograd's Python, the augmented state, and
            gpu_dynamics' own share (`CallStats.call_seconds - tf_seconds`: copies, checks)
 
-Also measured: one fused value+VJP call and one assembled augmented-dynamics call on their own
-(right after each backward solve, as the machine's load drifts), and scipy's time per step on
-states of the same sizes with dynamics that cost nothing. The callback and solve timers wrap
-odeint_autograd's internals for this measurement only. Results: a table, and JSON (--out)
-with the command, date, machine and load average.
+Also measured: one fused value+VJP call and one assembled augmented-dynamics call on their own,
+back to back (right after each backward solve, as the machine's load drifts); the fused call
+again after 20 ms of other work each time (TensorFlow's threads idle in between, as in the
+solve); and scipy's time per step on states of the same sizes with dynamics that cost nothing.
+The callback and solve timers wrap odeint_autograd's internals for this measurement only.
+Results: a table, and JSON (--out) with the command, date, machine and load average.
 
     python benchmarks/tf_overhead.py [--repeats 5] [--xla] [--blas-threads 1]
                                      [--protocol value_and_vjp] [--scipy-blas-unlimited]
@@ -98,6 +99,13 @@ def phase(f, timers, stats, run):
     return result, split
 
 
+def busy(seconds):
+    """Keep this thread working for `seconds` (TensorFlow's threads meanwhile go idle)."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--batch", type=int, default=128)
@@ -164,11 +172,15 @@ def measure(args, argv):
             # augmented dynamics (what the backward solve calls: the same plus the negation and
             # concatenation), measured right after the backward solve (the machine's load
             # drifts), for the augmented-evaluation target
+            # (and, to explain the rest of the gap, the fused call again after 20 ms of other
+            # work on this thread each time, as scipy's steps come between the solve's calls)
             calls = {}
-            for name, call in (("value_and_vjp", f.value_and_vjp),
-                               ("augmented_dynamics", f.augmented_dynamics)):
+            for name, call, pause in (("value_and_vjp", f.value_and_vjp, 0.0),
+                                      ("augmented_dynamics", f.augmented_dynamics, 0.0),
+                                      ("value_and_vjp_after_work", f.value_and_vjp, 0.02)):
                 f.stats.reset()
                 for _ in range(5):
+                    busy(pause)
                     call(g, y0, 0.5, *params)
                 calls[name] = f.stats.tf_seconds / f.stats.vjp_calls
             if repeat:
@@ -176,6 +188,7 @@ def measure(args, argv):
                 fused_calls.append(calls)
     fused_call_s = float(np.median([c["value_and_vjp"] for c in fused_calls]))
     assembled_call_s = float(np.median([c["augmented_dynamics"] for c in fused_calls]))
+    after_work_s = float(np.median([c["value_and_vjp_after_work"] for c in fused_calls]))
 
     # scipy alone: the same solver on states of the forward's and the backward's size, with
     # dynamics that cost next to nothing, for scipy's own time per step without TensorFlow
@@ -234,6 +247,7 @@ def measure(args, argv):
         "forward": summary["forward"], "backward": summary["backward"],
         "fused_value_vjp_call_ms": 1e3 * fused_call_s,
         "augmented_dynamics_call_ms": 1e3 * assembled_call_s,
+        "fused_call_after_work_ms": 1e3 * after_work_s,
         "backward_evaluation_over_fused_call": augmented_ratio,
         "backward_evaluation_over_augmented_call": assembled_ratio,
         "backward_evaluation_over_its_tf_call": in_solve_ratio,
@@ -273,6 +287,8 @@ def print_table(r):
           f"{r['backward_evaluation_over_fused_call']:.3f} (target <= 1.1; / the assembled call "
           f"{r['backward_evaluation_over_augmented_call']:.3f}, / its own TF call in the solve "
           f"{r['backward_evaluation_over_its_tf_call']:.3f}); glue target <= 10%")
+    print(f"the fused call after 20 ms of other work each time (as inside the solve): "
+          f"{r['fused_call_after_work_ms']:.2f} ms")
     for name, a in r["scipy_alone"].items():
         print(f"scipy alone, {name} ({a['size']:,} numbers, dy/dt = -y): "
               f"{a['scipy_ms_per_step']:.2f} ms per step of its own over {a['steps']} steps")

@@ -4,16 +4,20 @@ Value and VJP are compiled `tf.function`s with a fixed input signature (one per 
 set of differentiated arguments), so new values of t or of the parameters never retrace.
 
 Precision: the solver side is float64; inside TensorFlow everything runs in the model dtype
-(float32 unless asked otherwise). The casts are the compiled function's first and last
-operations, so the state crosses as float64 and the results come back as float64.
+(float32 unless asked otherwise). The state (and the cotangent) is rounded to the model dtype as
+it is copied in (numpy's cast, round to nearest like TensorFlow's); values, VJPs and gradients
+come back as float64, cast by the compiled function's last operation. The one exception is the
+adjoint's assembled derivative (`augmented_dynamics`), which comes back in the model dtype: the
+solver widens it exactly to float64 in the copy it makes anyway, so TensorFlow need not write a
+float64 copy of its own.
 
 Copies, measured on the CPU at the MNIST block's size (2.4 MB states), where fresh memory costs
-page faults: the state (and the cotangent) is copied once into a 64-byte aligned buffer kept per
-argument position and handed to TensorFlow without another copy (DLPack); tf.convert_to_tensor
-would copy into fresh memory, once or twice. Results are numpy views of TensorFlow's output
-buffers (no copy), read-only so that nothing writes into TensorFlow's memory; a result that
-aliases a staging buffer (fn passing an input through) is copied. One call at a time per wrapped
-function (a lock guards its buffers).
+page faults: the state (and the cotangent) is copied once, cast, into a 64-byte aligned buffer
+kept per argument position and handed to TensorFlow without another copy (DLPack);
+tf.convert_to_tensor would copy into fresh memory, once or twice. Results are numpy views of
+TensorFlow's output buffers (no copy), read-only so that nothing writes into TensorFlow's memory;
+a result that aliases a staging buffer (fn passing an input through) is copied. One call at a
+time per wrapped function (a lock guards its buffers).
 
 Parameters (float arrays from position `params_from` on, except 0-d ones) stay on the device
 between calls. The rule: an array is copied to the device again whenever its values differ from
@@ -163,7 +167,10 @@ class TFPrimitive:
         self.traces = 0
         self.stats = CallStats()
         self._np_dtype = dtype.as_numpy_dtype
-        self._compiled = {}  # (signature, wrt or None) -> concrete function
+        # states are cast as they are staged when numpy has the model dtype (not bfloat16)
+        self._stage_dtype = self._np_dtype if dtype in (tf.float16, tf.float32) else np.float64
+        self._compiled = {}  # (signature, wrt or None, assembled) -> concrete function
+        self._out_shapes = {}  # signature -> fn's output shape
         self._params = collections.defaultdict(collections.OrderedDict)  # position -> id -> _Cached
         self._staging = {}  # position (-1: the cotangent) -> aligned float64 buffer
         self._lock = threading.Lock()
@@ -202,10 +209,11 @@ class TFPrimitive:
         return f, grads[0], grads[1], grads[2:]
 
     def augmented_dynamics(self, a, y, t, *args, want_t=True, want_args=True):
-        """The adjoint's augmented dynamics at (y, a) as one flat float64 array, from one
-        TensorFlow call that also negates and concatenates (the protocol odeint's backward solve
-        uses): [f, -a^T df/dy, -a^T df/dargs for each float arg in order (want_args),
-        -a^T df/dt (want_t)], each part flattened."""
+        """The adjoint's augmented dynamics at (y, a) as one flat array in the model dtype (the
+        solver widens it to float64 as it copies it), from one TensorFlow call that also negates
+        and concatenates (the protocol odeint's backward solve uses): [f, -a^T df/dy, -a^T
+        df/dargs for each float arg in order (want_args), -a^T df/dt (want_t)], each part
+        flattened."""
         arrays = (y, t) + args
         self._check_untraced(a, arrays, "augmented_dynamics")
         wrt = ((0,) + (tuple(i for i in range(2, len(arrays)) if _is_float(arrays[i]))
@@ -230,20 +238,22 @@ class TFPrimitive:
     # --- one TensorFlow call ---------------------------------------------------------------
     def _run(self, wrt, arrays, g=None, assembled=False):
         """fn's value (and, when wrt is a tuple, the VJPs wrt those positions) as float64; or,
-        assembled, the augmented dynamics [f, -VJPs...] as one flat float64 array."""
+        assembled, the augmented dynamics [f, -VJPs...] as one flat array in the model dtype."""
         entered = time.perf_counter()
         with self._lock:  # the staging buffers are this function's own
             arrays = [np.asarray(a) for a in arrays]
             tensors = [self._tensor(i, a) for i, a in enumerate(arrays)]
+            signature = tuple((tuple(x.shape), x.dtype) for x in tensors)
             if wrt is not None:
                 self.stats.vjp_calls += 1
                 g = np.asarray(g)
-                expected = self._output_shape(tensors)
+                expected = self._output_shape(signature)
                 if not expected.is_compatible_with(g.shape):
                     raise ValueError(f"{self!r}: the cotangent g has shape {g.shape}, fn's value "
                                      f"{tuple(expected)}")
                 tensors.insert(0, self._staged(-1, g))
-            compiled = self._concrete(wrt, tensors, assembled)
+                signature = ((g.shape, tensors[0].dtype),) + signature
+            compiled = self._concrete(wrt, signature, assembled)
             start = time.perf_counter()
             with tf.device(self.device):
                 results = [np.asarray(r) for r in compiled(*tensors)]
@@ -257,21 +267,24 @@ class TFPrimitive:
         return results
 
     def _staged(self, i, a):
-        """a as a float64 tensor, through a 64-byte aligned buffer kept for position i: one copy
-        into memory that stays mapped (tf.convert_to_tensor copies into fresh memory, once or
-        twice, which costs page faults at these sizes); the tensor shares the buffer."""
+        """a as a tensor in the model dtype (float64 if numpy lacks it), through a 64-byte
+        aligned buffer kept for position i: one copy, cast on the way, into memory that stays
+        mapped (tf.convert_to_tensor copies into fresh memory, once or twice, which costs page
+        faults at these sizes); the tensor shares the buffer."""
         buf = self._staging.get(i)
         if buf is None or buf.shape != a.shape:
-            raw = np.empty(a.size * 8 + 64, np.uint8)
+            itemsize = np.dtype(self._stage_dtype).itemsize
+            raw = np.empty(a.size * itemsize + 64, np.uint8)
             start = -raw.ctypes.data % 64
-            buf = self._staging[i] = raw[start:start + a.size * 8].view(np.float64).reshape(
-                a.shape)
-        np.copyto(buf, a)
+            buf = self._staging[i] = raw[start:start + a.size * itemsize].view(
+                self._stage_dtype).reshape(a.shape)
+        np.copyto(buf, a, casting="same_kind")
         return tf.experimental.dlpack.from_dlpack(buf.__dlpack__())
 
     def _tensor(self, i, a):
-        """The i-th argument as a tensor: float64 (cast inside the compiled function), a cached
-        parameter in the model dtype, or an int/bool array as it is."""
+        """The i-th argument as a tensor: a state staged in the model dtype, a 0-d float as
+        float64 (cast inside the compiled function), a cached parameter in the model dtype, or an
+        int/bool array as it is."""
         if a.dtype.kind != "f":
             if a.dtype.kind not in "biu":
                 raise ValueError(f"{self!r}: argument {i} has dtype {a.dtype}; give float, int "
@@ -297,11 +310,15 @@ class TFPrimitive:
             cache.popitem(last=False)
         return hit.tensor
 
-    def _output_shape(self, tensors):
-        return self._concrete(None, tensors).structured_outputs[0].shape
+    def _output_shape(self, signature):
+        shape = self._out_shapes.get(signature)
+        if shape is None:
+            shape = self._out_shapes[signature] = self._concrete(
+                None, signature).structured_outputs[0].shape
+        return shape
 
-    def _concrete(self, wrt, tensors, assembled=False):
-        signature = tuple((tuple(x.shape), x.dtype) for x in tensors)
+    def _concrete(self, wrt, signature, assembled=False):
+        """The compiled function for inputs of this signature ((shape, dtype) per tensor)."""
         key = (signature, wrt, assembled)
         compiled = self._compiled.get(key)
         if compiled is None:
@@ -323,11 +340,11 @@ class TFPrimitive:
         return tuple(tf.cast(r, tf.float64) for r in self._value_and_vjps(wrt, g, xs))
 
     def _augmented_body(self, wrt, a, *xs):
-        """[f, -a^T dfn/dxs[i] for i in wrt] flattened and concatenated in the model dtype, then
-        cast once: the minus sign rides on the cotangent, and no part is cast on its own."""
+        """[f, -a^T dfn/dxs[i] for i in wrt] flattened and concatenated in the model dtype (fn's
+        output dtype): the minus sign rides on the cotangent; no float64 copy (the solver's)."""
         self.traces += 1
         parts = self._value_and_vjps(wrt, a, xs, negate=True)
-        return (tf.cast(tf.concat([tf.reshape(r, [-1]) for r in parts], axis=0), tf.float64),)
+        return (tf.concat([tf.reshape(tf.cast(r, parts[0].dtype), [-1]) for r in parts], 0),)
 
     def _value_and_vjps(self, wrt, g, xs, negate=False):
         """fn's value and g^T dfn/dxs[i] for i in wrt (-g^T... if negate), in the model dtype."""

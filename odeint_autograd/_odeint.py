@@ -63,7 +63,8 @@ def odeint(func, y0, t, args=(), *, rtol=DEFAULT_TOL, atol=DEFAULT_TOL, method="
     Values that func needs gradients for must come through `args`, not a closure. A func may
     offer the backward solve a fused call (gpu_dynamics' primitives do):
     `func.augmented_dynamics(a, y, t, *args, want_t, want_args)`, the flat derivative
-    [f, -a^T df/dy, -a^T df/dargs (float args in order, if want_args), -a^T df/dt (if want_t)],
+    [f, -a^T df/dy, -a^T df/dargs (float args in order, if want_args), -a^T df/dt (if want_t)]
+    in any float dtype (float32 is widened exactly),
     or `func.value_and_vjp(g, y, t, *args) -> (f, g_y, g_t, g_args)`; else autograd traces it.
 
     method: 'lsoda' (scipy.integrate.odeint; switches to BDF when stiff), 'adams' (VODE implicit

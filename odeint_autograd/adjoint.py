@@ -67,15 +67,17 @@ def odeint_adjoint(y0, t, *args, func, opts):
                 "func returned a value that autograd is tracing: it closes over an array being "
                 "differentiated, which odeint cannot see and would silently give no gradient. "
                 "Pass every such array through args: odeint(func, y0, t, args=(theta, ...)).")
-        return np.ravel(f)
+        return np.ravel(f)  # may be float32 (gpu_dynamics' assembled derivative): widened below
 
     rtol, atol = opts.tolerances(np.size(y0))
     y0_flat, t_values = np.ravel(y0).astype(float), np.asarray(t, dtype=float)
     if opts.method in TABLEAUX:  # the project's own solvers: pure Python, re-entrant
         with np.errstate(all="ignore"):
-            ys, nfe, steps = embedded_rk(opts.method, fun, y0_flat, t_values, rtol, atol,
-                                         opts.max_steps, opts.step_hint)
-    else:
+            ys, nfe, steps = embedded_rk(opts.method,
+                                         lambda y, tt: fun(y, tt).astype(float, copy=False),
+                                         y0_flat, t_values, rtol, atol, opts.max_steps,
+                                         opts.step_hint)
+    else:  # scipy's solvers copy f into their own float64 arrays
         ys, nfe, steps = solve(fun, y0_flat, t_values, opts.method, rtol, atol, opts.max_steps,
                                opts.jacobian)
     if opts.counter is not None:

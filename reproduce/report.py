@@ -407,11 +407,15 @@ def tf_overhead_block():
         f" ms), and {data['backward_evaluation_over_its_tf_call']:.2f}x that call as timed inside "
         f"the solve ({data['backward']['tf_ms_per_call']:.1f} ms); the difference is the "
         "project's glue (the copies of the state and the adjoint into TensorFlow, the finite "
-        "check, the Python between scipy and TensorFlow).",
-        tf_targets(data)])
+        "check, the Python between scipy and TensorFlow)."
+        + (f" The fused call takes {data['fused_call_after_work_ms']:.1f} ms when each one "
+           "follows 20 ms of other work on the calling thread, as inside the solve (TensorFlow's "
+           "threads idle in between)." if "fused_call_after_work_ms" in data else ""),
+        tf_targets(data) + (" With XLA (an option, not the target's setting): "
+                            + tf_targets(xla, "") if xla else "")])
 
 
-def tf_targets(data):
+def tf_targets(data, label="Targets: "):
     """The tf_overhead benchmark's targets, met or not, from its results."""
     goal = data["targets"]
     glue = [f"{phase} {100 * data[phase]['glue_share']:.1f}%" for phase in ("forward", "backward")]
@@ -419,7 +423,7 @@ def tf_targets(data):
     glue_met = all(data[p]["glue_share"] <= glue_max for p in ("forward", "backward"))
     ratio, ratio_max = (data["backward_evaluation_over_fused_call"],
                         goal["backward_evaluation_over_fused_call_max"])
-    return (f"Targets: glue at most {100 * glue_max:.0f}% of the wall time ({', '.join(glue)}: "
+    return (f"{label}glue at most {100 * glue_max:.0f}% of the wall time ({', '.join(glue)}: "
             f"{'met' if glue_met else 'not met'}); a backward augmented evaluation at most "
             f"{ratio_max}x one fused call ({ratio:.2f}x: "
             f"{'met' if ratio <= ratio_max else 'not met'}).")

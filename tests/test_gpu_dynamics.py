@@ -62,10 +62,15 @@ def test_mlp_odeint_values_and_gradients_match_autograd_numpy():
         assert rel_err(a, b) < 1e-8
 
 
-def test_fused_value_and_vjp_gives_the_plain_gradients():
+@pytest.mark.parametrize("dtype, adjoint_method", [(f64, None), (tf.float32, None),
+                                                   (tf.float32, "bosh3")])
+def test_fused_value_and_vjp_gives_the_plain_gradients(dtype, adjoint_method):
+    """The three ways the backward solve can get the augmented derivative give the same
+    gradients; in float32 too, where augmented_dynamics hands back float32 that scipy's solvers
+    (adams) and the Runge-Kutta pairs (bosh3) widen, and value_and_vjp float64 parts."""
     rng = np.random.RandomState(1)
     y0, t, params = rng.randn(2, 3), np.array([0.0, 0.5, 1.0]), mlp_params(rng)
-    f = tf_primitive(mlp_tf, dtype=f64)
+    f = tf_primitive(mlp_tf, dtype=dtype)
     plain = lambda y, t, *p: f(y, t, *p)  # noqa: E731 -- no fused call: autograd's VJP path
 
     def vjp_only(y, t, *p):  # the value_and_vjp protocol alone: odeint assembles the parts
@@ -75,7 +80,8 @@ def test_fused_value_and_vjp_gives_the_plain_gradients():
     def grads(func, stats):
         def fun(y0, t, params):
             return anp.sum(odeint(func, y0, t, args=tuple(params), rtol=1e-8, atol=1e-8,
-                                  method="adams", stats=stats) ** 2)
+                                  method="adams", adjoint_method=adjoint_method,
+                                  stats=stats) ** 2)
         return autograd.grad(fun, (0, 1, 2))(y0, t, params)
 
     results = {}
@@ -92,6 +98,8 @@ def test_fused_value_and_vjp_gives_the_plain_gradients():
             assert f.stats.value_calls == stats.forward.nfe + len(t) - 1
     for name in ("vjp_only", "plain"):
         assert rel_err(results["assembled"], results[name]) < 1e-12
+    if dtype != f64:
+        return
 
     # and the protocols themselves: (f, g_y, g_t, g_args) with g_args matching args, and the
     # augmented dynamics [f, -g_y, -g_args, -g_t] flattened
@@ -189,6 +197,23 @@ def test_results_are_float64_read_only_and_never_overwritten():
         out1[0, 0] = 1.0
 
 
+def test_states_are_rounded_to_the_model_dtype_once_to_nearest():
+    """The state is rounded to the model dtype as it is staged (numpy's cast for float16/32,
+    TensorFlow's for bfloat16): either way round to nearest, as a cast inside TensorFlow; the
+    assembled augmented dynamics come back in the model dtype, the rest in float64."""
+    rng = np.random.RandomState(13)
+    y, a = rng.randn(5, 7), rng.randn(5, 7)
+    for dtype in (tf.float16, tf.bfloat16, tf.float32, f64):
+        f = tf_primitive(lambda y, t: y * tf.cast(t, y.dtype), dtype=dtype)
+        rounded = tf.cast(tf.constant(y), dtype).numpy().astype(np.float64)
+        out = f(y, 1.0)
+        assert out.dtype == np.float64 and np.array_equal(out, rounded), dtype.name
+        aug = f.augmented_dynamics(a, y, 1.0, want_t=False)
+        assert aug.dtype == dtype.as_numpy_dtype and aug.shape == (70,)
+        assert np.array_equal(aug[:35].astype(np.float64), rounded.ravel()), dtype.name
+        assert np.array_equal(rounded, y) == (dtype == f64)
+
+
 # --- the MNIST blocks: VJPs against finite differences ----------------------------------------
 def fd_check(wrapped, arrays, rng, eps=1e-6, tol=1e-6):
     """g^T J v by the VJP against central differences of g^T f along a random v, per argument."""
@@ -267,8 +292,9 @@ def test_xla_and_float32_agree_with_float64():
     want = np.concatenate([np.ravel(x) for x in [value, -g_y] + [-x for x in g_args] + [-g_t]])
     for kwargs, accuracy in ((dict(dtype=f64), 1e-12), (dict(dtype=f64, jit_compile=True), 1e-10),
                              (dict(), 1e-4), (dict(jit_compile=True), 1e-4)):
-        got = tf_primitive(layers.ode_dynamics, **kwargs).augmented_dynamics(g, y, 0.3, *params)
-        assert got.dtype == np.float64
+        f = tf_primitive(layers.ode_dynamics, **kwargs)
+        got = f.augmented_dynamics(g, y, 0.3, *params)
+        assert got.dtype == f.dtype.as_numpy_dtype  # the model dtype: the solver widens it
         assert np.max(np.abs(got - want)) < accuracy * np.max(np.abs(want))
 
 
