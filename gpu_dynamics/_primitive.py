@@ -172,7 +172,7 @@ class TFPrimitive:
         self._compiled = {}  # (signature, wrt or None, assembled) -> concrete function
         self._out_shapes = {}  # signature -> fn's output shape
         self._params = collections.defaultdict(collections.OrderedDict)  # position -> id -> _Cached
-        self._staging = {}  # position (-1: the cotangent) -> aligned float64 buffer
+        self._staging = {}  # position (-1: the cotangent) -> aligned buffer (_stage_dtype)
         self._lock = threading.Lock()
         self._call = primitive(self._value)
         defvjp_argnums(self._call, self._vjp_maker)
