@@ -63,11 +63,12 @@ def test_mlp_odeint_values_and_gradients_match_autograd_numpy():
 
 
 @pytest.mark.parametrize("dtype, adjoint_method", [(f64, None), (tf.float32, None),
-                                                   (tf.float32, "bosh3")])
+                                                   (tf.float32, "lsoda"), (tf.float32, "bosh3")])
 def test_fused_value_and_vjp_gives_the_plain_gradients(dtype, adjoint_method):
     """The three ways the backward solve can get the augmented derivative give the same
     gradients; in float32 too, where augmented_dynamics hands back float32 that scipy's solvers
-    (adams) and the Runge-Kutta pairs (bosh3) widen, and value_and_vjp float64 parts."""
+    (VODE's adams, LSODA) and the Runge-Kutta pairs (bosh3) widen, and value_and_vjp float64
+    parts."""
     rng = np.random.RandomState(1)
     y0, t, params = rng.randn(2, 3), np.array([0.0, 0.5, 1.0]), mlp_params(rng)
     f = tf_primitive(mlp_tf, dtype=dtype)
