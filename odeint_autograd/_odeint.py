@@ -213,7 +213,7 @@ def _check_t(t):
         raise ValueError("t has non-finite entries (nan or inf)")
     steps = np.diff(value.astype(float))
     if np.any(steps == 0):
-        raise ValueError(f"t repeats a time ({value[1:][steps == 0][0]!r}); times must be "
+        raise ValueError(f"t repeats a time ({float(value[1:][steps == 0][0])!r}); times must be "
                          "strictly monotonic")
     if not (np.all(steps > 0) or np.all(steps < 0)):
         raise ValueError("t must be strictly increasing or strictly decreasing")
