@@ -168,12 +168,12 @@ def measure(args, argv):
                 y0, params))
             _, bwd = phase(f, timers, stats, lambda: vjp(1.0))
             fwd["steps"], bwd["steps"] = stats.forward.steps, stats.backward.steps
-            # one fused TensorFlow value+VJP call on its own, and one call of the assembled
-            # augmented dynamics (what the backward solve calls: the same plus the negation and
-            # concatenation), measured right after the backward solve (the machine's load
-            # drifts), for the augmented-evaluation target
-            # (and, to explain the rest of the gap, the fused call again after 20 ms of other
-            # work on this thread each time, as scipy's steps come between the solve's calls)
+            # right after the backward solve (the machine's load drifts), back to back: one
+            # fused TensorFlow value+VJP call on its own (the augmented-evaluation target's
+            # measure) and one call of the assembled augmented dynamics (what the backward solve
+            # calls: the same plus the negation and concatenation); then the fused call after
+            # 20 ms of other work on this thread each time, as scipy's steps come between the
+            # solve's calls (the rest of the gap)
             calls = {}
             for name, call, pause in (("value_and_vjp", f.value_and_vjp, 0.0),
                                       ("augmented_dynamics", f.augmented_dynamics, 0.0),
