@@ -170,7 +170,6 @@ class TFPrimitive:
         # states are cast as they are staged when numpy has the model dtype (not bfloat16)
         self._stage_dtype = self._np_dtype if dtype in (tf.float16, tf.float32) else np.float64
         self._compiled = {}  # (signature, wrt or None, assembled) -> concrete function
-        self._out_shapes = {}  # signature -> fn's output shape
         self._params = collections.defaultdict(collections.OrderedDict)  # position -> id -> _Cached
         self._staging = {}  # position (-1: the cotangent) -> aligned buffer (_stage_dtype)
         self._lock = threading.Lock()
@@ -209,11 +208,11 @@ class TFPrimitive:
         return f, grads[0], grads[1], grads[2:]
 
     def augmented_dynamics(self, a, y, t, *args, want_t=True, want_args=True):
-        """The adjoint's augmented dynamics at (y, a) as one flat array in the model dtype (the
-        solver widens it to float64 as it copies it), from one TensorFlow call that also negates
-        and concatenates (the protocol odeint's backward solve uses): [f, -a^T df/dy, -a^T
-        df/dargs for each float arg in order (want_args), -a^T df/dt (want_t)], each part
-        flattened."""
+        """The adjoint's augmented dynamics at (y, a) as one flat array in fn's dtype (the model
+        dtype; the solver widens it to float64 as it copies it), from one TensorFlow call that
+        also negates and concatenates (the protocol odeint's backward solve uses): [f, -a^T
+        df/dy, -a^T df/dargs for each float arg in order (want_args), -a^T df/dt (want_t)], each
+        part flattened."""
         arrays = (y, t) + args
         self._check_untraced(a, arrays, "augmented_dynamics")
         wrt = ((0,) + (tuple(i for i in range(2, len(arrays)) if _is_float(arrays[i]))
@@ -311,11 +310,7 @@ class TFPrimitive:
         return hit.tensor
 
     def _output_shape(self, signature):
-        shape = self._out_shapes.get(signature)
-        if shape is None:
-            shape = self._out_shapes[signature] = self._concrete(
-                None, signature).structured_outputs[0].shape
-        return shape
+        return self._concrete(None, signature).structured_outputs[0].shape
 
     def _concrete(self, wrt, signature, assembled=False):
         """The compiled function for inputs of this signature ((shape, dtype) per tensor)."""
