@@ -408,9 +408,9 @@ def tf_overhead_block():
         f"the solve ({data['backward']['tf_ms_per_call']:.1f} ms); the difference is the "
         "project's glue (the copies of the state and the adjoint into TensorFlow, the finite "
         "check, the Python between scipy and TensorFlow)."
-        + (f" The fused call takes {data['fused_call_after_work_ms']:.1f} ms when each one "
-           "follows 20 ms of other work on the calling thread, as inside the solve (TensorFlow's "
-           "threads idle in between)." if "fused_call_after_work_ms" in data else ""),
+        f" The fused call takes {data['fused_call_after_work_ms']:.1f} ms when each one follows "
+        "20 ms of other work on the calling thread, as inside the solve (TensorFlow's threads "
+        "idle in between).",
         tf_targets(data) + (" With XLA (an option, not the target's setting): "
                             + tf_targets(xla, "") if xla else "")])
 
