@@ -96,8 +96,8 @@ def _exclusive(method):
 def _all_finite(f):
     """Whether a float array holds no nan or inf: its sum is nan or inf if any entry is (or if it
     overflows, when the entry-wise check decides). One pass and no boolean array, and no BLAS:
-    a BLAS dot would wake numpy's OpenBLAS threads, whose spinning after the call took a core
-    from TensorFlow's (gpu_dynamics on a 2-core CPU: each TensorFlow call 1.5x slower)."""
+    a BLAS dot would wake numpy's OpenBLAS threads, whose spinning after the call takes a core
+    from the dynamics' own threads (TensorFlow's: see the module docstring)."""
     return bool(np.isfinite(np.sum(f)) or np.isfinite(f).all())
 
 
