@@ -10,7 +10,7 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=find_packages(include=["odeint_autograd", "gpu_dynamics", "reproduce"]),
-    install_requires=["numpy>=1.26", "scipy>=1.17", "autograd>=1.7", "threadpoolctl>=3.1"],
+    install_requires=["numpy>=1.26", "scipy>=1.16,<1.17", "autograd>=1.7", "threadpoolctl>=3.1"],
     extras_require={
         # TensorFlow for gpu_dynamics and the MNIST experiment; on a GPU machine install the
         # "tf-gpu" extra instead (same code, TensorFlow then places the work on the GPU).

@@ -54,8 +54,16 @@ def main(argv=None):
 
 
 def _run(name, argv):
+    from reproduce.common import CheckpointError, UsageError
     module = importlib.import_module(EXPERIMENTS[name][0])
-    return module.main(argv) or 0
+    try:
+        return module.main(argv) or 0
+    except UsageError as e:
+        print(f"python -m reproduce {name}: error: {e}", file=sys.stderr)
+        return 2
+    except CheckpointError as e:
+        print(f"python -m reproduce {name}: error: {e}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

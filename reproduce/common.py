@@ -1,20 +1,9 @@
-"""What every experiment shares: its command line, where it writes, checkpoints, optimisers with
-savable state, progress bars and the results file.
-
-An experiment module looks like:
-
-    def main(argv=None):
-        run = Run("spirals", argv, extra_args=lambda p: p.add_argument("--n-obs", ...))
-        ckpt = run.checkpoint("latent_ode")          # resumes when --resume and a file exists
-        state = ckpt.load() or fresh_state(run.rng)
-        for it in run.progress(range(state["step"], n_iters), desc="latent ODE"):
-            ...
-            run.set_postfix(loss=..., nfe_f=..., nfe_b=...)
-            if it % 100 == 0: ckpt.save(state)
-        run.save_results({...measured...}, choices={...reproduction choices...})
-"""
+"""What every experiment shares: its command line, where it writes, checkpoints that refuse to
+resume a different run, optimisers with savable state, the resumable training loop, progress bars
+and the results file."""
 import argparse
 import datetime
+import hashlib
 import importlib.metadata
 import json
 import os
@@ -32,14 +21,47 @@ from odeint_autograd import SolverStats
 
 MODES = ("smoke", "quick", "full")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Flags that say where and how far a run goes but never change its numbers; every other flag,
+# and the mode, is part of the configuration a checkpoint must match to be resumed.
+BOOKKEEPING_FLAGS = {"mode", "resume", "out", "checkpoint_dir", "evaluate_only", "stop_after",
+                     "train_only", "train_only_n", "models", "data_dir", "download", "no_memory",
+                     "no_figure3", "checkpoint_every", "weights_dir"}
+
+
+class CheckpointError(Exception):
+    """A checkpoint that cannot be resumed: unreadable, corrupted, or made by another run."""
+
+
+class UsageError(Exception):
+    """A bad command-line value found after parsing (python -m reproduce prints it, exits 2)."""
+
+
+def positive(kind):
+    """An argparse type: a positive number of the given kind (int or float)."""
+    def parse(text):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a{'n integer' if kind is int else ' number'}:"
+                                             f" {text!r}") from None
+        if not value > 0 or value != value or value == float("inf"):
+            raise argparse.ArgumentTypeError(f"must be positive and finite, not {text}")
+        return value
+    parse.__name__ = kind.__name__
+    return parse
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
 class Run:
     """One run of one experiment: mode, seed, output folder, checkpoints, timing, results."""
 
-    def __init__(self, name, argv=None, extra_args=None, description=None):
-        parser = argparse.ArgumentParser(prog=f"python -m reproduce {name}",
-                                         description=description)
+    def __init__(self, name, argv=None, extra_args=None, description=None, bookkeeping=()):
+        self.bookkeeping = BOOKKEEPING_FLAGS | set(bookkeeping)
+        parser = _Parser(prog=f"python -m reproduce {name}", description=description)
         mode = parser.add_mutually_exclusive_group()
         mode.add_argument("--smoke", dest="mode", action="store_const", const="smoke",
                           help="seconds: tiny settings, for the tests")
@@ -55,14 +77,18 @@ class Run:
                                  f"figures/{name}/<mode> otherwise)")
         parser.add_argument("--checkpoint-dir", default=None,
                             help=f"default checkpoints/{name}/<mode>")
+        parser.add_argument("--weights-dir", default=None,
+                            help=f"where finished models keep their final weights (default "
+                                 f"weights/{name} for --full, committed; <checkpoint-dir>/final "
+                                 "otherwise)")
         if extra_args is not None:
             extra_args(parser)
+        self.parser = parser
         self.args = parser.parse_args([] if argv is None else list(argv))
         self.argv = [] if argv is None else list(argv)
         self.name = name
         self.mode = self.args.mode or "quick"
         self.seed = self.args.seed
-        self.rng = np.random.RandomState(self.seed)
         # full runs write figures/<name>/ (committed, shown in the README); quick and smoke runs
         # write figures/<name>/<mode>/ so that they never overwrite a full run's results
         default_out = os.path.join(ROOT, "figures", name)
@@ -71,13 +97,26 @@ class Run:
         self.out_dir = self.args.out or default_out
         self.ckpt_dir = self.args.checkpoint_dir or os.path.join(ROOT, "checkpoints", name,
                                                                  self.mode)
+        self.weights_dir = self.args.weights_dir or (
+            os.path.join(ROOT, "weights", name) if self.mode == "full"
+            else os.path.join(self.ckpt_dir, "final"))
         os.makedirs(self.out_dir, exist_ok=True)
         self.started = time.time()
         self._bar = None
 
     @property
+    def config(self):
+        """The mode and every flag that changes the numbers: what a checkpoint must match."""
+        flags = {k: v for k, v in sorted(vars(self.args).items()) if k not in self.bookkeeping}
+        return {"experiment": self.name, "mode": self.mode, **flags}
+
+    @property
     def command(self):
         return "python -m reproduce " + " ".join(shlex.quote(a) for a in [self.name] + self.argv)
+
+    def usage_error(self, message):
+        """Refuse a flag value that parsing could not check (exit 2, one line)."""
+        self.parser.error(message)
 
     def pick(self, smoke, quick, full):
         """The setting for this run's mode."""
@@ -87,7 +126,12 @@ class Run:
         return os.path.join(self.out_dir, filename)
 
     def checkpoint(self, key):
-        return Checkpoint(os.path.join(self.ckpt_dir, f"{key}.pkl"), enabled=self.args.resume)
+        return Checkpoint(os.path.join(self.ckpt_dir, f"{key}.ckpt"), enabled=self.args.resume)
+
+    def final_weights(self, key):
+        """Where a finished model's final state is kept (a full run's are committed, so that a
+        fresh clone evaluates them with --evaluate-only)."""
+        return Checkpoint(os.path.join(self.weights_dir, f"{key}.ckpt"))
 
     def progress(self, iterable, desc, total=None):
         """A tqdm bar (loss and NFE go in with set_postfix); a plain iterator without tqdm."""
@@ -112,36 +156,107 @@ class Run:
             "mode": self.mode,
             "command": self.command,
             "seed": self.seed,
+            "config": self.config,
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "duration_s": round(time.time() - self.started, 1),
             "machine": machine(),
             "choices": choices or {},
             "results": results,
         }
-        with open(self.path(filename), "w") as f:
-            json.dump(_jsonable(record), f, indent=2, sort_keys=False)
-            f.write("\n")
+        _write_atomic(self.path(filename),
+                      (json.dumps(_jsonable(record), indent=2) + "\n").encode())
         return record
 
 
+def _write_atomic(path, data):
+    """Write a whole file or nothing: a kill mid-write leaves the previous file in place."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
 class Checkpoint:
-    """A pickled state dict written atomically; `load` returns None unless resuming."""
+    """A pickled state dict with a SHA-256 of its bytes, written atomically. `load` returns None
+    unless resuming (or forced) and the file exists, and raises CheckpointError for a file that is
+    truncated, corrupted or made with another configuration."""
+
+    MAGIC = b"neural-odes-checkpoint v1\n"
 
     def __init__(self, path, enabled=True):
         self.path, self.enabled = path, enabled
 
-    def load(self):
-        if not (self.enabled and os.path.exists(self.path)):
+    def _fail(self, what):
+        return CheckpointError(f"{self.path}: {what}; rerun without --resume to start afresh, "
+                               "or delete the file")
+
+    def load(self, config=None, force=False, ignore=()):
+        """The saved state, or None. With `config`, the state's "config" must equal it (but for
+        the keys in `ignore`)."""
+        if not ((self.enabled or force) and os.path.exists(self.path)):
             return None
         with open(self.path, "rb") as f:
-            return pickle.load(f)
+            blob = f.read()
+        head = len(self.MAGIC) + 64
+        if not blob.startswith(self.MAGIC) or len(blob) <= head:
+            raise self._fail("not a checkpoint of this project, or truncated")
+        digest, payload = blob[len(self.MAGIC):head].decode("ascii", "replace"), blob[head:]
+        if hashlib.sha256(payload).hexdigest() != digest:
+            raise self._fail("corrupted (its checksum does not match)")
+        try:
+            state = pickle.loads(payload)
+        except Exception as e:  # noqa: BLE001 -- any unpickling failure is a bad file
+            raise self._fail(f"unreadable ({type(e).__name__})") from None
+        if not isinstance(state, dict):
+            raise self._fail("not a checkpoint of this project")
+        saved = state.get("config") or {}
+        diff = [] if config is None else sorted(k for k in set(saved) | set(config)
+                                                if k not in ignore and saved.get(k) != config.get(k))
+        if diff:
+            raise self._fail("made with other settings (" + ", ".join(
+                f"{k}: {saved.get(k)!r} there, {config.get(k)!r} here" for k in diff) + ")")
+        return state
 
     def save(self, state):
-        os.makedirs(os.path.dirname(self.path), exist_ok=True)
-        tmp = self.path + ".tmp"
-        with open(tmp, "wb") as f:
-            pickle.dump(state, f, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(tmp, self.path)
+        payload = pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+        _write_atomic(self.path,
+                      self.MAGIC + hashlib.sha256(payload).hexdigest().encode() + payload)
+
+
+class AppendLog:
+    """A per-step log kept beside a checkpoint as JSON lines, so that a save costs the same
+    however long the run has been: the checkpoint records how many bytes of the log it covers,
+    and a resumed run cuts the log back to that point before appending."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def restore(self, size):
+        """Cut the log back to `size` bytes (0: start a new log)."""
+        os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+        if size and (not os.path.exists(self.path) or os.path.getsize(self.path) < size):
+            raise CheckpointError(f"{self.path}: shorter than its checkpoint says; rerun "
+                                  "without --resume to start afresh")
+        with open(self.path, "ab") as f:
+            f.truncate(size)
+
+    def append(self, record):
+        with open(self.path, "a") as f:
+            f.write(json.dumps(_jsonable(record)) + "\n")
+
+    def size(self):
+        return os.path.getsize(self.path) if os.path.exists(self.path) else 0
+
+    def read(self, size=None):
+        """Every record up to `size` bytes (all without it)."""
+        if not os.path.exists(self.path):
+            return []
+        with open(self.path, "rb") as f:
+            data = f.read() if size is None else f.read(size)
+        return [json.loads(line) for line in data.splitlines() if line.strip()]
 
 
 def model_rng(seed, key):
@@ -149,58 +264,87 @@ def model_rng(seed, key):
     return np.random.RandomState([seed, zlib.crc32(key.encode())])
 
 
+def global_norm_clip(grads, max_norm):
+    """grads scaled so that their global L2 norm is at most max_norm (None: unchanged); returns
+    (grads, the norm before clipping)."""
+    g, unflatten = flatten(grads)
+    norm = float(np.sqrt(np.dot(g, g)))
+    if max_norm is None or norm <= max_norm:
+        return grads, norm
+    return unflatten(g * (max_norm / norm)), norm
+
+
 def fit(run, key, params, objective, optimizer, n_iters, every=100, config=None, rng=None,
-        stopper=None):
+        stopper=None, lr_factor=None, clip=None, validate=None, validate_every=None):
     """Minimise with objective(params, rng, step, stats) -> (loss, grads) for n_iters steps of
     `optimizer`, resumable to the same numbers.
 
-    The whole state (parameters, optimiser state, the model's random generator - model_rng(seed,
-    key) unless `rng` is given -, loss and NFE history, step, training seconds) is checkpointed
-    every `every` steps and at the end, so that a run killed and restarted with --resume repeats
-    exactly the steps an uninterrupted run would have done. `stats` is a SolverStats the
-    objective may hand to odeint (reset each step). `config` (the settings that shape training)
-    goes into the checkpoint, and resuming one made with other settings or another seed is
-    refused. With --evaluate-only (where an experiment offers it) nothing is trained: the state
-    is returned as the checkpoint stands. `stopper.tick()` runs after every step (tests use it
-    to simulate a kill). Returns the state dict.
+    The state (parameters, optimiser state, the model's random generator - model_rng(seed, key)
+    unless `rng` is given -, step, training seconds, the best validated parameters) is
+    checkpointed every `every` steps and at the end; the per-step loss, NFE and gradient norm go
+    to an AppendLog beside it. A run killed and restarted with --resume repeats exactly the steps
+    an uninterrupted run would have done. `stats` is a SolverStats the objective may hand to
+    odeint (reset each step). The checkpoint must match `config` (the model's settings) together
+    with the run's own configuration (mode, seed, every flag that changes numbers).
+    lr_factor(step) scales the optimiser's learning rate; clip caps the gradient's global norm.
+    validate(params) -> score (lower is better) runs every `validate_every` steps and at the
+    end; state["best"] keeps the parameters, step and score of the best one.
+    With --evaluate-only nothing is trained: the state is returned as the checkpoint stands.
+    `stopper.tick()` runs after every step (tests use it to simulate a kill).
+    Returns the state dict, with state["history"] read back from the log.
     """
-    config = dict(config or {}, seed=run.seed)
+    config = dict(run.config, model=key, n_iters=n_iters, clip=clip,
+                  validate_every=validate_every if validate else None, **(config or {}))
     ckpt = run.checkpoint(key)
-    state = ckpt.load()
+    log = AppendLog(ckpt.path[:-len(".ckpt")] + ".log.jsonl")
+    state = ckpt.load(config)
     if state is None:
         state = {"params": params, "optimizer": optimizer.state_dict(),
                  "rng": (rng or model_rng(run.seed, key)).get_state(), "step": 0,
-                 "seconds": 0.0, "history": {"loss": [], "nfe_f": [], "nfe_b": []},
+                 "seconds": 0.0, "log_size": 0, "best": None, "validation": [],
                  "config": config}
-    elif state.get("config") != config:
-        raise ValueError(f"{ckpt.path} was made with {state.get('config')}, not {config}: "
-                         "resume with the same settings, or use another --checkpoint-dir")
+    log.restore(state["log_size"])
     optimizer.load_state_dict(state["optimizer"])
     rng = np.random.RandomState()
     rng.set_state(state["rng"])
-    params, history, stats = state["params"], state["history"], SolverStats()
+    params, stats, base_lr = state["params"], SolverStats(), optimizer.lr
     start, started = state["step"], time.time()
     if getattr(run.args, "evaluate_only", False):
         n_iters = start
+
+    def checkpoint(step):
+        nonlocal started
+        if validate is not None and (step % validate_every == 0 or step == n_iters):
+            score = float(validate(params))
+            state["validation"].append({"step": step, "score": score})
+            if state["best"] is None or score < state["best"]["score"]:
+                state["best"] = {"params": params, "step": step, "score": score}
+        state.update(params=params, optimizer=optimizer.state_dict(), rng=rng.get_state(),
+                     step=step, log_size=log.size(),
+                     seconds=state["seconds"] + time.time() - started)
+        started = time.time()
+        ckpt.save(state)
+
     steps = range(start, n_iters)
     for step in (run.progress(steps, desc=key, total=len(steps)) if len(steps) else steps):
         stats.reset()
         value, grads = objective(params, rng, step, stats)
         if not np.isfinite(value):
             raise FloatingPointError(f"{key}: the loss became {value} at step {step}")
-        params = optimizer.step(params, grads)
-        history["loss"].append(float(value))
-        history["nfe_f"].append(stats.forward.nfe)
-        history["nfe_b"].append(stats.backward.nfe)
+        grads, norm = global_norm_clip(grads, clip)
+        lr = base_lr * (1.0 if lr_factor is None else lr_factor(step))
+        params = optimizer.step(params, grads, lr=lr)
+        log.append({"loss": float(value), "nfe_f": stats.forward.nfe,
+                    "nfe_b": stats.backward.nfe, "grad_norm": norm, "lr": lr})
         run.set_postfix(loss=float(value), nfe_f=stats.forward.nfe, nfe_b=stats.backward.nfe)
-        if (step + 1) % every == 0 or step + 1 == n_iters:
-            state.update(params=params, optimizer=optimizer.state_dict(), rng=rng.get_state(),
-                         step=step + 1, seconds=state["seconds"] + time.time() - started)
-            started = time.time()
-            ckpt.save(state)
+        if (step + 1) % every == 0 or step + 1 == n_iters or (
+                validate is not None and (step + 1) % validate_every == 0):
+            checkpoint(step + 1)
         if stopper is not None:
             stopper.tick()
     state["params"] = params
+    records = log.read(state["log_size"])
+    state["history"] = {k: [r[k] for r in records] for k in ("loss", "nfe_f", "nfe_b")}
     return state
 
 

@@ -13,7 +13,7 @@ import autograd.numpy as anp
 import numpy as np
 
 from odeint_autograd import SolverStats, odeint
-from reproduce.common import Adam, fit, model_rng
+from reproduce.common import Adam, fit, model_rng, positive
 
 # ---------------------------------------------------------------------------------------------
 # Activations: an autograd.numpy function (for traced evaluation), and a plain numpy one that
@@ -182,13 +182,22 @@ def solve_union(func, z0, t0, times, args=(), **solver):
 # Training with checkpoints
 
 
-def train(run, key, init, loss_and_grad, n_iters, lr, stopper, ckpt_every):
+def train(run, key, init, loss_and_grad, n_iters, lr, stopper, ckpt_every, seed=None,
+          lr_final=None, clip=None, validate=None, validate_every=None, config=None):
     """Adam on loss_and_grad(params, rng, stats) -> (loss, grads) through common.fit (resumable
-    to the same numbers); init(rng) draws the parameters from the model's own generator."""
-    rng = model_rng(run.seed, key)
+    to the same numbers); init(rng) draws the parameters from the model's own generator, seeded
+    by (seed, key) (seed: the run's --seed unless given). The learning rate decays exponentially
+    from lr to lr_final over the n_iters steps (constant if lr_final is None); clip caps the
+    gradient's global norm; validate(params) -> score picks the best parameters (state["best"])."""
+    seed = run.seed if seed is None else seed
+    rng = model_rng(seed, key)
     params = init(rng)
-    return fit(run, key, params, lambda p, rng, step, stats: loss_and_grad(p, rng, stats),
-               Adam(lr), n_iters, every=ckpt_every, config={"lr": lr}, rng=rng, stopper=stopper)
+    decay = None if lr_final is None else (lambda step: (lr_final / lr) ** (step / n_iters))
+    return fit(run, key, params,
+               lambda p, rng, step, stats: loss_and_grad(p, rng, stats), Adam(lr), n_iters,
+               every=ckpt_every, rng=rng, stopper=stopper, lr_factor=decay, clip=clip,
+               validate=validate, validate_every=validate_every,
+               config=dict(config or {}, seed=seed, lr=lr, lr_final=lr_final))
 
 
 def training_summary(state):
@@ -209,7 +218,7 @@ def add_run_args(parser):
     """The options both latent-ODE experiments take: the solver and the kill simulation."""
     parser.add_argument("--method", default="adams", choices=["adams", "lsoda"],
                         help="odeint method (default adams: the faster here, measured)")
-    parser.add_argument("--tol", type=float, default=None,
+    parser.add_argument("--tol", type=positive(float), default=None,
                         help="rtol = atol of every solve (default: the mode's)")
     parser.add_argument("--no-seminorm", action="store_true",
                         help="full norm in the adjoint's error control")
@@ -217,7 +226,7 @@ def add_run_args(parser):
                         help="train nothing: evaluate each model as its checkpoint stands (with "
                              "--resume) and record the iterations each ran; for an honest "
                              "report of a full run cut short")
-    parser.add_argument("--stop-after", type=int, default=None,
+    parser.add_argument("--stop-after", type=positive(int), default=None,
                         help="stop after this many training iterations as if killed (to test "
                              "--resume)")
 

@@ -102,29 +102,44 @@ def spiral_arms(n_dense=SPIRAL["n_dense"], stop=SPIRAL["stop"], a=SPIRAL["a"], b
     return s, cw, ccw
 
 
-def generate_spirals(rng, n_spirals, noise_std=SPIRAL["noise_std"], window=SPIRAL["window"],
+def generate_spirals(rng, roles, noise_std=SPIRAL["noise_std"], window=SPIRAL["window"],
                      extrap=SPIRAL["extrap"], n_dense=SPIRAL["n_dense"]):
-    """n_spirals spirals of window + extrap points, half of each direction, in random order.
+    """One spiral per entry of `roles` ("train", "val" or "test"), half of each role clockwise and
+    half counter-clockwise, every start point different within a direction.
 
-    Returns dict t (L,), clean and noisy (n_spirals, L, 2), direction (n_spirals,) with +1 for
-    counter-clockwise and -1 for clockwise, start (n_spirals,) index on the dense arm."""
-    if n_spirals < 2 or n_spirals % 2:
-        raise ValueError(f"n_spirals must be an even number >= 2, not {n_spirals}")
+    A validation or test spiral is window + extrap points of its arm (start index 0..n_dense -
+    window - extrap); a training spiral only needs its observation window, and its start index
+    ranges over 0..n_dense - window, so that the training windows cover the whole arm, the part
+    where the test series are extrapolated included; its extrapolation part is NaN (never used).
+    Returns dict t (L,), clean and noisy (S, L, 2), direction (S,) with +1 for counter-clockwise
+    and -1 for clockwise, start (S,) index on the dense arm, role (S,)."""
+    roles = np.asarray(roles)
     length = window + extrap
-    if n_spirals // 2 > n_dense - length + 1:
-        raise ValueError(f"{n_spirals} spirals cannot all start at different points of a "
-                         f"{n_dense}-point arm")
     s, cw, ccw = spiral_arms(n_dense)
-    direction = rng.permutation(np.repeat([1, -1], n_spirals // 2))
-    start = np.empty(n_spirals, dtype=int)
+    direction = np.zeros(len(roles), dtype=int)
+    for role in ("train", "val", "test"):
+        rows = np.flatnonzero(roles == role)
+        if len(rows) % 2:
+            raise ValueError(f"the {role} set needs an even number of spirals, not {len(rows)}")
+        direction[rows] = rng.permutation(np.repeat([1, -1], len(rows) // 2))
+    start = np.empty(len(roles), dtype=int)
     for d in (1, -1):
-        rows = np.flatnonzero(direction == d)
-        start[rows] = rng.choice(n_dense - length + 1, size=len(rows), replace=False)
+        held = np.flatnonzero((direction == d) & (roles != "train"))
+        train = np.flatnonzero((direction == d) & (roles == "train"))
+        if len(held) > n_dense - length + 1 or len(held) + len(train) > n_dense - window + 1:
+            raise ValueError(f"{len(held) + len(train)} spirals of one direction cannot all "
+                             f"start at different points of a {n_dense}-point arm")
+        start[held] = rng.choice(n_dense - length + 1, size=len(held), replace=False)
+        free = np.setdiff1d(np.arange(n_dense - window + 1), start[held])
+        start[train] = rng.choice(free, size=len(train), replace=False)
     steps = start[:, None] + np.arange(length)
+    inside = steps < n_dense
+    steps = np.minimum(steps, n_dense - 1)
     clean = np.where((direction == 1)[:, None, None], ccw[steps], cw[steps])
+    clean[~inside] = np.nan
     noisy = clean + noise_std * rng.randn(*clean.shape)
     return {"t": s[:length] - s[0], "clean": clean, "noisy": noisy, "direction": direction,
-            "start": start}
+            "start": start, "role": roles}
 
 
 def subsample(rng, n_series, n_obs, window=SPIRAL["window"]):
@@ -134,21 +149,21 @@ def subsample(rng, n_series, n_obs, window=SPIRAL["window"]):
     return np.stack([np.sort(rng.choice(window, n_obs, replace=False)) for _ in range(n_series)])
 
 
-def split(direction, test_fraction, rng):
-    """(train, test) indices, the same fraction of each direction in the test set."""
-    test = []
-    for d in (1, -1):
-        rows = rng.permutation(np.flatnonzero(direction == d))
-        test.extend(rows[:max(1, int(round(test_fraction * len(rows))))])
-    test = np.sort(test)
-    return np.setdiff1d(np.arange(len(direction)), test), test
+def make_roles(n_spirals, held_out_fraction=0.1):
+    """"test" and "val" for held_out_fraction of the spirals each (an even number), "train" for
+    the rest."""
+    n_held = 2 * max(1, int(round(held_out_fraction * n_spirals / 2)))
+    if n_spirals < 2 * n_held + 2:
+        raise ValueError(f"{n_spirals} spirals are too few for a train, validation and test set")
+    return np.array(["test"] * n_held + ["val"] * n_held + ["train"] * (n_spirals - 2 * n_held))
 
 
-def make_dataset(n_spirals, test_fraction=0.1, seed=DATA_SEED):
-    """The spirals, the split and the irregular samples for every n, from one fixed seed."""
+def make_dataset(n_spirals, seed=DATA_SEED):
+    """The spirals, their roles and the irregular samples for every n, from one fixed seed."""
     rng = np.random.RandomState(seed)
-    data = generate_spirals(rng, n_spirals)
-    data["train"], data["test"] = split(data["direction"], test_fraction, rng)
+    data = generate_spirals(rng, rng.permutation(make_roles(n_spirals)))
+    for role in ("train", "val", "test"):
+        data[role] = np.flatnonzero(data["role"] == role)
     data["obs_idx"] = {n: subsample(rng, n_spirals, n) for n in N_OBS}
     return data
 
@@ -227,15 +242,14 @@ def rnn_nll(params, xs, times, with_dt):
     return total / len(xs)
 
 
-def rnn_predict(params, xs, times, t_future, with_dt):
-    """One-step predictions of observations 2..n (B, n-1, 2), then the means at t_future
-    (B, len(t_future), 2), each prediction fed back as the next input."""
+def rnn_run(params, xs, gaps, n_free, with_dt):
+    """Teacher-forced one-step predictions of observations 2..n (B, n-1, 2), then n_free
+    free-running predictions (B, n_free, 2), each fed back as the next input. gaps (B, n - 1 +
+    n_free): the time from each input to the prediction it makes (RNN + dt reads it)."""
     n = xs.shape[1]
-    gaps = np.diff(np.concatenate([times, np.broadcast_to(t_future, (len(xs), len(t_future)))],
-                                  axis=1), axis=1)
     h = np.zeros((len(xs), HIDDEN_RNN))
     x, means = xs[:, 0], []
-    for i in range(gaps.shape[1]):
+    for i in range(n - 1 + n_free):
         h = rnn_step(params, h, _rnn_input(x, gaps[:, i], with_dt))
         means.append(_rnn_output(params, h)[0])
         x = xs[:, i + 1] if i + 1 < n else means[-1]
@@ -243,16 +257,67 @@ def rnn_predict(params, xs, times, t_future, with_dt):
     return means[:, :n - 1], means[:, n - 1:]
 
 
+def rnn_predict(params, xs, times, t_future, with_dt, step=None):
+    """One-step predictions of observations 2..n (B, n-1, 2) and the means at t_future
+    (B, len(t_future), 2).
+
+    RNN + dt: its inputs carry the gap to the time it predicts, so it steps straight onto the
+    target times. Plain RNN: it never sees time, so its k-th free-running step after the last
+    observation is placed at t_last + k * step (step: the mean gap between observations it was
+    trained on), and its path, from the last observation on, is interpolated linearly onto
+    t_future."""
+    t_future = np.asarray(t_future, dtype=float)
+    t_last = times[:, -1]
+    if with_dt:
+        future = np.broadcast_to(t_future, (len(xs), len(t_future)))
+        gaps = np.diff(np.concatenate([times, future], axis=1), axis=1)
+        return rnn_run(params, xs, gaps, len(t_future), True)
+    if step is None or not step > 0:
+        raise ValueError(f"the plain RNN needs the positive time of one of its steps, not {step}")
+    n_free = int(np.ceil((t_future[-1] - t_last.min()) / step)) + 1
+    gaps = np.zeros((len(xs), xs.shape[1] - 1 + n_free))
+    recon, free = rnn_run(params, xs, gaps, n_free, False)
+    placed = t_last[:, None] + step * np.arange(n_free + 1)
+    path = np.concatenate([xs[:, -1:], free], axis=1)
+    at_future = np.stack([np.stack([np.interp(t_future, placed[b], path[b, :, c])
+                                    for c in range(2)], axis=-1) for b in range(len(xs))])
+    return recon, at_future
+
+
+def mean_gap(times):
+    """The mean time between consecutive observations (times (B, n), n >= 2)."""
+    return float(np.mean(np.diff(times, axis=1)))
+
+
+def last_observation(xs, t_future):
+    """The trivial baseline: the last observation repeated at every future time."""
+    return np.repeat(xs[:, -1:], len(t_future), axis=1)
+
+
+def linear_extrapolation(xs, times, t_future, k=5):
+    """A straight line fitted by least squares to each series' last k observations."""
+    t, x = times[:, -k:], xs[:, -k:]
+    tc = t - t.mean(1, keepdims=True)
+    slope = (np.sum(tc[..., None] * (x - x.mean(1, keepdims=True)), axis=1)
+             / np.sum(tc ** 2, axis=1)[:, None])
+    return x.mean(1)[:, None] + slope[:, None] * (t_future[None, :, None]
+                                                  - t.mean(1)[:, None, None])
+
+
 # ---------------------------------------------------------------------------------------------
 # Objectives for `train`
 
 
-def latent_ode_objective(xs, times, solver):
+def latent_ode_objective(xs, times, solver, batch_size=None):
+    """-ELBO per series of a minibatch of batch_size series (all of them if None), drawn from the
+    model's generator, with one reparameterised sample each."""
     def loss_and_grad(params, rng, stats):
-        eps = rng.randn(len(xs), LATENT)
+        rows = (np.arange(len(xs)) if batch_size is None or batch_size >= len(xs)
+                else np.sort(rng.choice(len(xs), batch_size, replace=False)))
+        eps = rng.randn(len(rows), LATENT)
 
         def negative_elbo(p):
-            log_px, kl = elbo_terms(p, xs, times, eps, solver, stats=stats)
+            log_px, kl = elbo_terms(p, xs[rows], times[rows], eps, solver, stats=stats)
             return -anp.mean(log_px - kl)
 
         return value_and_grad(negative_elbo)(params)
@@ -275,21 +340,49 @@ def rmse(pred, target):
     return float(np.sqrt(np.mean((pred - target) ** 2)))
 
 
-def evaluate(model, params, data, n, solver, seed):
-    """Test-set RMSE of the predictions at the extrapolation times t_100..t_199 against the noisy
-    and the noise-free points; the test ELBO (latent ODE) or NLL (RNNs) of the observations."""
-    rows, w = data["test"], SPIRAL["window"]
+def predict(model, params, data, n, rows, solver, step=None):
+    """Each model's predictions (B, extrap, 2) at the extrapolation times t_100..t_199 of the
+    given spirals, from their n noisy observations."""
+    w = SPIRAL["window"]
     xs, times = observed(data, n, rows)
     if model == "latent_ode":
-        pred = latent_ode_predict(params, xs, times, data["t"], solver)[0][:, w:]
+        return latent_ode_predict(params, xs, times, data["t"], solver)[0][:, w:]
+    if model in ("rnn", "rnn_dt"):
+        return rnn_predict(params, xs, times, data["t"][w:], model == "rnn_dt", step)[1]
+    if model == "last_observation":
+        return last_observation(xs, data["t"][w:])
+    if model == "linear":
+        return linear_extrapolation(xs, times, data["t"][w:])
+    raise ValueError(f"unknown model {model!r}")
+
+
+def score_predictions(pred, data, rows):
+    """RMSE of predictions (B, extrap, 2) at the extrapolation times of the given spirals against
+    their noisy and their noise-free points (root of the mean over series, times and both
+    coordinates)."""
+    w = SPIRAL["window"]
+    return {"rmse_noisy": rmse(pred, data["noisy"][rows, w:]),
+            "rmse_clean": rmse(pred, data["clean"][rows, w:])}
+
+
+def score(model, params, data, n, rows, solver, step=None):
+    """score_predictions of one model's predictions from n observations."""
+    return score_predictions(predict(model, params, data, n, rows, solver, step), data, rows)
+
+
+def evaluate(model, params, data, n, solver, seed, step=None):
+    """Test-set RMSE (noisy and noise-free) and the test ELBO (latent ODE) or NLL (RNNs) of the
+    observations."""
+    rows = data["test"]
+    result = score(model, params, data, n, rows, solver, step)
+    xs, times = observed(data, n, rows)
+    if model == "latent_ode":
         eps = np.random.RandomState(seed).randn(len(rows), LATENT)
         log_px, kl = elbo_terms(params, xs, times, eps, solver)
-        fit = {"test_elbo": float(np.mean(log_px - kl))}
-    else:
-        pred = rnn_predict(params, xs, times, data["t"][w:], model == "rnn_dt")[1]
-        fit = {"test_nll": float(rnn_nll(params, xs, times, model == "rnn_dt"))}
-    return {"rmse_noisy": rmse(pred, data["noisy"][rows, w:]),
-            "rmse_clean": rmse(pred, data["clean"][rows, w:]), **fit}
+        result["test_elbo"] = float(np.mean(log_px - kl))
+    elif model in ("rnn", "rnn_dt"):
+        result["test_nll"] = float(rnn_nll(params, xs, times, model == "rnn_dt"))
+    return result
 
 
 def decoded_direction(xy):
@@ -304,7 +397,7 @@ def decoded_direction(xy):
 # Figures
 
 
-def figure_9(path, data, models, solver, seed, n=30):
+def figure_9(path, data, models, solver, seed, n=30, step=None):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -314,11 +407,11 @@ def figure_9(path, data, models, solver, seed, n=30):
     xs, times = observed(data, n, picks)
     w = SPIRAL["window"]
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.8))
-    rnn_recon, rnn_extrap = rnn_predict(models["rnn"], xs, times, data["t"][w:], False)
+    rnn_recon, rnn_extrap = rnn_predict(models["rnn_dt"], xs, times, data["t"][w:], True)
     eps = np.random.RandomState(seed).randn(len(picks), LATENT)
     ode_path, _ = latent_ode_predict(models["latent_ode"], xs, times, data["t"], solver, eps)
     for ax, title, recon, extrap in (
-            (axes[0], "(a) RNN", rnn_recon, rnn_extrap),
+            (axes[0], "(a) RNN + dt", rnn_recon, rnn_extrap),
             (axes[1], "(b) Latent ODE", ode_path[:, :w], ode_path[:, w:])):
         for k in range(len(picks)):
             first = k == 0
@@ -411,78 +504,161 @@ def figure_training(path, histories):
 
 def add_args(parser):
     add_run_args(parser)
+    parser.add_argument("--seeds", type=int, nargs="+", default=None,
+                        help="training seeds, each a separate model (default: --seed in "
+                             "--smoke/--quick, 0 1 2 in --full)")
     parser.add_argument("--train-only-n", type=int, nargs="+", choices=N_OBS, default=None,
                         help="train (or, with --resume, continue) only the models for these "
-                             "numbers of observed points and stop: two such runs can share two "
-                             "cores; a later --resume run without it then only evaluates")
+                             "numbers of observed points and stop: several such runs can share "
+                             "the cores; a later --resume run without it then only evaluates")
+    parser.add_argument("--train-only", nargs="+", choices=MODELS, default=None,
+                        help="train only these models and stop (as --train-only-n)")
+
+
+# What each mode trains. Per model: iterations, Adam's learning rate decaying exponentially to
+# lr_final, the cap on the gradient's global norm, and the minibatch (None: all training series).
+TRAINING = {
+    "rnn": dict(lr=1e-2, lr_final=1e-4, clip=10.0, batch_size=None),
+    "rnn_dt": dict(lr=1e-2, lr_final=1e-4, clip=10.0, batch_size=None),
+    "latent_ode": dict(lr=1e-2, lr_final=1e-4, clip=10.0, batch_size=100),
+}
+SETTINGS = {
+    "smoke": dict(n_spirals=40, iters={"rnn": 5, "rnn_dt": 5, "latent_ode": 5}, tol=1e-5,
+                  ckpt_every=2, validate_every=2),
+    "quick": dict(n_spirals=200, iters={"rnn": 500, "rnn_dt": 500, "latent_ode": 1000},
+                  tol=1e-5, ckpt_every=50, validate_every=50),
+    "full": dict(n_spirals=1000, iters={"rnn": 3000, "rnn_dt": 3000, "latent_ode": 10000},
+                 tol=1e-5, ckpt_every=100, validate_every=100),
+}
+ADJOINT_METHOD = "dopri5"  # the backward solve: its step size carries across output times
+
+
+def train_unit(run, cfg, data, solver, model, n, seed, stopper):
+    """Train one model for one n and one seed (resumable); returns its state, state["best"]
+    holding the parameters with the lowest validation RMSE (against the noisy points)."""
+    xs, times = observed(data, n, data["train"])
+    hyper = TRAINING[model]
+    step = mean_gap(times)
+    if model == "latent_ode":
+        init = init_latent_ode
+        objective = latent_ode_objective(xs, times, solver, hyper["batch_size"])
+    else:
+        init = lambda rng, d=model == "rnn_dt": init_rnn_baseline(rng, d)  # noqa: E731
+        objective = rnn_objective(xs, times, model == "rnn_dt")
+
+    def validate(params):
+        return score(model, params, data, n, data["val"], solver, step)["rmse_noisy"]
+
+    return train(run, f"{model}_n{n}_seed{seed}", init, objective, cfg["iters"][model],
+                 hyper["lr"], stopper, cfg["ckpt_every"], seed=seed, lr_final=hyper["lr_final"],
+                 clip=hyper["clip"], validate=validate, validate_every=cfg["validate_every"],
+                 config={"batch_size": hyper["batch_size"], "n_spirals": cfg["n_spirals"]})
+
+
+def _summary(values):
+    return float(np.mean(values)), float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
 
 
 def main(argv=None):
-    run = Run("spirals", argv, description=__doc__.split("\n\n")[0], extra_args=add_args)
-    cfg = run.pick(
-        smoke=dict(n_spirals=40, iters={"rnn": 5, "rnn_dt": 5, "latent_ode": 5}, tol=1e-5,
-                   ckpt_every=2),  # the tests' resume check relies on these three numbers
-        quick=dict(n_spirals=200, iters={"rnn": 500, "rnn_dt": 500, "latent_ode": 300},
-                   tol=1e-5, ckpt_every=25),
-        full=dict(n_spirals=1000, iters={"rnn": 3000, "rnn_dt": 3000, "latent_ode": 3000},
-                  tol=1.5e-8, ckpt_every=25))
+    run = Run("spirals", argv, description=__doc__.split("\n\n")[0], extra_args=add_args,
+              bookkeeping={"seeds", "train_only"})
+    cfg = run.pick(**SETTINGS)
+    seeds = run.args.seeds or run.pick([run.seed], [run.seed], [0, 1, 2])
+    if len(set(seeds)) != len(seeds):
+        run.usage_error(f"--seeds repeats a seed: {seeds}")
     solver, solver_text = solver_from_args(run.args, cfg["tol"])
-    tol = solver["rtol"]
+    solver["adjoint_method"] = ADJOINT_METHOD
+    eval_solver = dict(solver, rtol=PAPER_TOL, atol=PAPER_TOL)
     data = make_dataset(cfg["n_spirals"])
     stopper = StopAfter(run.args.stop_after)
-    lr = {"rnn": 1e-3, "rnn_dt": 1e-3, "latent_ode": 1e-2}
-    states, table = {}, {}
+    models = run.args.train_only or MODELS
+    states, per_seed = {}, {}
     for n in run.args.train_only_n or N_OBS:
-        xs, times = observed(data, n, data["train"])
-        for model in MODELS:
-            if model == "latent_ode":
-                init, objective = init_latent_ode, latent_ode_objective(xs, times, solver)
-            else:
-                with_dt = model == "rnn_dt"
-                init = lambda rng, d=with_dt: init_rnn_baseline(rng, d)  # noqa: E731
-                objective = rnn_objective(xs, times, with_dt)
-            state = train(run, f"{model}_n{n}", init, objective, cfg["iters"][model], lr[model],
-                          stopper, cfg["ckpt_every"])
-            states[model, n] = state
-            table.setdefault(model, {})[n] = evaluate(model, state["params"], data, n, solver,
-                                                      run.seed + 1)
-            print(f"spirals: {LABELS[model]:10s} n = {n:3d}: " + ", ".join(
-                f"{k} {v:.4f}" for k, v in table[model][n].items()), flush=True)
-
-    if run.args.train_only_n:
-        print(f"spirals: trained n = {run.args.train_only_n}; checkpoints in {run.ckpt_dir}")
+        step = mean_gap(observed(data, n, data["train"])[1])
+        for model in models:
+            for seed in seeds:
+                state = train_unit(run, cfg, data, solver, model, n, seed, stopper)
+                states[model, n, seed] = state
+                best = state["best"]["params"] if state["best"] else state["params"]
+                result = evaluate(model, best, data, n, eval_solver, seed + 1, step)
+                result["best_step"] = state["best"]["step"] if state["best"] else None
+                result["last_iterate"] = score(model, state["params"], data, n, data["test"],
+                                               eval_solver, step)
+                per_seed[model, n, seed] = result
+                print(f"spirals: {LABELS[model]:10s} n = {n:3d} seed {seed}: " + ", ".join(
+                    f"{k} {v:.4f}" for k, v in result.items() if isinstance(v, float)),
+                    flush=True)
+    if run.args.train_only_n or run.args.train_only:
+        print(f"spirals: trained {sorted({k[:2] for k in states})}; checkpoints in "
+              f"{run.ckpt_dir}")
         return 0
-    histories = {m: {n: states[m, n]["history"] for n in N_OBS} for m in MODELS}
-    figure_9(run.path("fig9.png"), data, {m: states[m, 30]["params"] for m in MODELS}, solver,
-             run.seed + 2)
-    fig10 = figure_10(run.path("fig10.png"), data, states["latent_ode", 30]["params"], solver)
+
+    table = {}
+    for model in MODELS:
+        for n in N_OBS:
+            rows = [per_seed[model, n, s] for s in seeds]
+            entry = {"seeds": seeds}
+            for key in ("rmse_clean", "rmse_noisy"):
+                values = [r[key] for r in rows]
+                entry[key], entry[f"{key}_sd"] = _summary(values)
+                entry[f"{key}_seeds"] = values
+            for key in ("test_elbo", "test_nll", "best_step"):
+                if key in rows[0]:
+                    entry[f"{key}_seeds"] = [r[key] for r in rows]
+            entry["last_iterate_rmse_clean_seeds"] = [r["last_iterate"]["rmse_clean"]
+                                                      for r in rows]
+            table.setdefault(LABELS[model], {})[str(n)] = entry
+    for model, label in (("last_observation", "Last observation"),
+                         ("linear", "Linear extrapolation")):
+        for n in N_OBS:
+            r = score(model, None, data, n, data["test"], eval_solver)
+            table.setdefault(label, {})[str(n)] = {
+                "rmse_clean": r["rmse_clean"], "rmse_clean_sd": 0.0,
+                "rmse_clean_seeds": [r["rmse_clean"]], "rmse_noisy": r["rmse_noisy"],
+                "rmse_noisy_sd": 0.0, "rmse_noisy_seeds": [r["rmse_noisy"]]}
+
+    s0 = seeds[0]
+    best = {(m, n): (states[m, n, s0]["best"] or states[m, n, s0])["params"]
+            for m in MODELS for n in N_OBS}
+    histories = {m: {n: states[m, n, s0]["history"] for n in N_OBS} for m in MODELS}
+    step30 = mean_gap(observed(data, 30, data["train"])[1])
+    figure_9(run.path("fig9.png"), data, {m: best[m, 30] for m in MODELS}, eval_solver,
+             s0 + 2, step=step30)
+    fig10 = figure_10(run.path("fig10.png"), data, best["latent_ode", 30], eval_solver)
     figure_training(run.path("training.png"), histories)
 
-    params30 = states["latent_ode", 30]["params"]
-    xs30, times30 = observed(data, 30, data["train"])
-    tols = sorted({tol, PAPER_TOL})
-    speed = measure_solvers(lambda sv: latent_ode_objective(xs30, times30, sv), params30, tols)
+    params30 = best["latent_ode", 30]
+    xs30, times30 = observed(data, 30, data["train"][:TRAINING["latent_ode"]["batch_size"]
+                                                     or len(data["train"])])
+    speed = measure_solvers(lambda sv: latent_ode_objective(xs30, times30, sv), params30,
+                            sorted({solver["rtol"], PAPER_TOL}))
     tolerance_effect = [dict(tol=t, **evaluate("latent_ode", params30, data, 30,
-                                               dict(solver, rtol=t, atol=t), run.seed + 1))
+                                               dict(solver, rtol=t, atol=t), s0 + 1))
                         for t in (PAPER_TOL, 1e-6, 1e-5, 1e-4)]
 
-    timing = {f"{m}_n{n}": training_summary(states[m, n]) for m in MODELS for n in N_OBS}
+    timing = {f"{m}_n{n}_seed{s}": training_summary(states[m, n, s])
+              for m in MODELS for n in N_OBS for s in seeds}
     choices = dict(CHOICES)
     choices.update({
         "data size": f"{cfg['n_spirals']} spirals: {len(data['train'])} train, "
-                     f"{len(data['test'])} test",
+                     f"{len(data['val'])} validation, {len(data['test'])} test",
         "iterations": cfg["iters"],
-        "solver": solver_text,
+        "training": {m: dict(TRAINING[m], iterations=cfg["iters"][m]) for m in MODELS},
+        "seeds": f"{len(seeds)} training seeds ({', '.join(map(str, seeds))}): Table 2 shows "
+                 "the mean and the sample standard deviation over them",
+        "solver": solver_text + f"; the adjoint solved by {ADJOINT_METHOD}; every test number "
+                                f"evaluated at the paper's {PAPER_TOL:g}",
         "solver measurements": "solver_speed_latent_ode_n30: seconds and NFE of one training "
-                               "gradient of the trained n = 30 latent ODE per method, tolerance "
-                               "and adjoint norm; tolerance_effect_latent_ode_n30: its test "
-                               "RMSE and ELBO (same noise) evaluated at each tolerance",
+                               "gradient of the trained n = 30 latent ODE (one minibatch) per "
+                               "method, tolerance and adjoint norm; "
+                               "tolerance_effect_latent_ode_n30: its test RMSE and ELBO (same "
+                               "noise) evaluated at each tolerance",
     })
-    note = partial_note({f"{m}_n{n}": (states[m, n]["step"], cfg["iters"][m])
-                         for m in MODELS for n in N_OBS})
+    note = partial_note({f"{m}_n{n}_seed{s}": (states[m, n, s]["step"], cfg["iters"][m])
+                         for m in MODELS for n in N_OBS for s in seeds})
     run.save_results({
         **({"note": note} if note else {}),
-        "table2_rmse": {LABELS[m]: {str(n): table[m][n] for n in N_OBS} for m in MODELS},
+        "table2_rmse": table,
         "figure10": fig10,
         "training": timing,
         "solver": solver,

@@ -256,6 +256,12 @@ def test_learning_rate_schedule():
     assert learning_rate(100) == pytest.approx(0.001)
     assert learning_rate(159) == pytest.approx(1e-4)
     assert learning_rate(0, batch_size=32) == pytest.approx(0.025)
+    # a budget of E epochs drops at the same fractions of training: 16 -> 6, 10, 14
+    lrs = [learning_rate(e, 16) for e in range(16)]
+    np.testing.assert_allclose(lrs, [0.1] * 6 + [0.01] * 4 + [0.001] * 4 + [1e-4] * 2)
+    # and 10 epochs -> 3.75, 6.25, 8.75: epochs 4, 7 and 9
+    np.testing.assert_allclose([learning_rate(e, 10) for e in range(10)],
+                               [0.1] * 4 + [0.01] * 3 + [0.001] * 2 + [1e-4])
 
 
 def test_evaluate_pads_the_last_batch_and_ignores_the_padding():
@@ -279,9 +285,11 @@ def _argv(tmp_path, *extra):
 
 
 def _state(tmp_path, name):
-    with open(tmp_path / "ckpt" / f"{name}.pkl", "rb") as f:
-        import pickle
-        return pickle.load(f)
+    from reproduce.common import AppendLog, Checkpoint
+    state = Checkpoint(str(tmp_path / "ckpt" / f"{name}.ckpt")).load(force=True)
+    state["batches"] = AppendLog(str(tmp_path / "ckpt" / f"{name}.log.jsonl")).read(
+        state["log_size"])
+    return state
 
 
 @needs_mnist
@@ -302,6 +310,21 @@ def test_resume_after_a_kill_gives_the_uninterrupted_run(tmp_path, name):
     for a, b in zip(whole["history"], resumed["history"]):
         assert a["test_error_pct"] == b["test_error_pct"] and a["train_loss"] == b["train_loss"]
     assert resumed["epoch"] == 2 and len(resumed["batches"]) == 4
+    # a resume with other settings is refused, naming the file and what differs
+    from reproduce.common import CheckpointError
+    with pytest.raises(CheckpointError, match=r"killed/ckpt/.*seed: 0 there, 1 here"):
+        mnist.main(_argv(tmp_path / "killed", *args, "--resume", "--seed", "1",
+                         "--epochs", "1"))
+    # the finished model's final weights alone give the table back
+    import shutil
+    for f in (tmp_path / "killed" / "ckpt").glob(f"{name}.*"):
+        f.unlink()
+    shutil.rmtree(tmp_path / "killed" / "out")
+    assert mnist.main(_argv(tmp_path / "killed", "--models", name, "--evaluate-only",
+                            "--no-memory", "--no-figure3")) == 0
+    summary = json.loads((tmp_path / "killed" / "out" / f"train_{name}.json").read_text())
+    assert summary["epochs_run"] == summary["epochs_planned"] == 2
+    assert summary["test_error_pct"] == whole["history"][-1]["test_error_pct"]
 
 
 @needs_mnist
@@ -332,9 +355,12 @@ def test_smoke_run_writes_results_and_measures_memory(tmp_path):
 
 
 def test_bad_arguments_and_missing_data(tmp_path, capsys):
-    with pytest.raises(ValueError, match="unknown"):
-        mnist.main(_argv(tmp_path, "--models", "odenet,vgg"))
-    with pytest.raises(ValueError, match="positive"):
-        mnist.main(_argv(tmp_path, "--epochs", "0"))
+    for bad, message in ((("--models", "odenet,vgg"), "unknown"), (("--epochs", "0"), "positive"),
+                         (("--epochs", "x"), "invalid int"), (("--bogus",), "unrecognized")):
+        with pytest.raises(SystemExit) as exit_:
+            mnist.main(_argv(tmp_path, *bad))
+        assert exit_.value.code == 2
+        err = capsys.readouterr().err
+        assert message in err and len(err.strip().splitlines()) == 1
     assert mnist.main(_argv(tmp_path, "--data-dir", str(tmp_path))) == 2
     assert "train-images-idx3-ubyte.gz is missing" in capsys.readouterr().err

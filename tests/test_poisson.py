@@ -68,6 +68,41 @@ def test_log_likelihood_constant_intensity_closed_form():
     np.testing.assert_allclose(ll, counts * np.log(lam) - lam * t_end, rtol=1e-8)
 
 
+def test_held_out_window_log_likelihood_closed_forms():
+    """window_log_likelihood (the held-out scoring) for a constant rate c: N log c - c (t1 - t0),
+    counting only the events inside [t0, t1]; for lambda = exp(a t) the integral is
+    (e^{a t1} - e^{a t0}) / a, matched to the grid's trapezoid accuracy."""
+    t_grid = np.linspace(0.0, 12.5, 4001)
+    events = np.array([0.5, 3.0, 9.9, 10.2, 11.0, 12.4])
+    c = 2.7
+    flat = np.full_like(t_grid, c)
+    assert P.window_log_likelihood(events, t_grid, flat, 0.0, 10.0) == pytest.approx(
+        3 * np.log(c) - c * 10.0, rel=1e-12)
+    assert P.window_log_likelihood(events, t_grid, flat, 10.0, 12.5) == pytest.approx(
+        3 * np.log(c) - c * 2.5, rel=1e-12)
+    assert P.window_log_likelihood([], t_grid, flat, 10.0, 12.5) == pytest.approx(-c * 2.5)
+    a = 0.3
+    grown = np.exp(a * t_grid)
+    expected = a * np.sum(events[events <= 10.0]) - (np.exp(a * 10.0) - 1.0) / a
+    assert P.window_log_likelihood(events, t_grid, grown, 0.0, 10.0) == pytest.approx(
+        expected, rel=1e-6)
+    with pytest.raises(ValueError, match="grid"):
+        P.window_log_likelihood(events, t_grid, flat, 0.0, 13.0)
+
+
+def test_fresh_sequences_follow_the_same_intensities_and_leave_training_data_alone():
+    small, big = P.make_dataset(4, n_fresh=0), P.make_dataset(4, n_fresh=300)
+    for a, b in zip(small["events"], big["events"]):
+        np.testing.assert_array_equal(a, b)
+    t_end, t_extrap = big["t_end"], big["t_extrap"]
+    for k in range(4):
+        counts = [len(e) for e in big["fresh"][k]]
+        t = np.linspace(0, t_extrap, 20001)
+        expected = np.trapezoid(P.true_intensity(t, big["r"][k], big["phi"][k]), t)
+        assert abs(np.mean(counts) - expected) < 4 * np.sqrt(expected / 300)
+        assert max(e.max() for e in big["fresh"][k] if len(e)) > t_end  # the extrapolated part
+
+
 def test_log_likelihood_integral_against_quadrature():
     """A moving latent state: the integral state equals the quadrature of lambda(z(t))."""
     rng = np.random.RandomState(2)
@@ -108,9 +143,12 @@ def test_smoke_run_writes_results_and_resumes(tmp_path):
     assert _run(tmp_path, "whole") == 0
     record = json.loads((tmp_path / "whole" / "results.json").read_text())
     res = record["results"]
-    for key in ("intensity_relative_l2_error", "log_likelihood_true_intensity",
-                "elbo_per_sequence", "extrapolated_intensity_relative_l2_error"):
+    for key in ("intensity_relative_l2_error", "elbo_per_sequence",
+                "extrapolated_intensity_relative_l2_error"):
         assert np.isfinite(res[key])
+    for window in ("in_sample", "held_out", "held_out_extrapolated"):
+        for name in ("learned", "true", "constant"):
+            assert np.isfinite(res[f"log_likelihood_{window}_{name}"])
     assert "true intensity" in record["choices"]
     assert (tmp_path / "whole" / "fig8.png").stat().st_size > 10_000
     assert "note" not in res
@@ -126,3 +164,22 @@ def test_smoke_run_writes_results_and_resumes(tmp_path):
     for key in ("intensity_relative_l2_error", "elbo_per_sequence"):
         assert resumed[key] == res[key]
     assert resumed["training"]["final_loss"] == res["training"]["final_loss"]
+
+
+@pytest.mark.slow
+def test_resume_refuses_a_checkpoint_made_with_other_settings(tmp_path, capsys):
+    """The run's configuration (mode, seed, solver flags) is checked on resume: a checkpoint of
+    a run with other solver settings is refused with one line naming the file and the settings."""
+    from reproduce.__main__ import main
+    argv = ["poisson", "--smoke", "--seed", "3", "--out", str(tmp_path / "o"),
+            "--checkpoint-dir", str(tmp_path / "c")]
+    with pytest.raises(KeyboardInterrupt):
+        main(argv + ["--stop-after", "3", "--tol", "1e-2", "--method", "lsoda", "--no-seminorm"])
+    capsys.readouterr()
+    assert main(argv + ["--resume"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "latent_ode.ckpt" in err
+    for setting in ("method: 'lsoda' there, 'adams' here", "no_seminorm: True there",
+                    "tol: 0.01 there, None here"):
+        assert setting in err
+    assert not (tmp_path / "o" / "results.json").exists()

@@ -22,27 +22,57 @@ TIGHT = dict(method="adams", rtol=1e-10, atol=1e-10)
 # Data
 
 
+def _roles(n_train, n_held):
+    return np.array(["train"] * n_train + ["val"] * n_held + ["test"] * n_held)
+
+
 def test_generator_shapes_and_halves():
-    data = S.generate_spirals(np.random.RandomState(0), 40)
+    data = S.generate_spirals(np.random.RandomState(0), _roles(20, 10))
     length = S.SPIRAL["window"] + S.SPIRAL["extrap"]
     assert data["t"].shape == (length,)
     assert data["clean"].shape == data["noisy"].shape == (40, length, 2)
     np.testing.assert_allclose(np.diff(data["t"]), 6 * np.pi / 999)
     assert data["t"][0] == 0
-    assert np.sum(data["direction"] == 1) == np.sum(data["direction"] == -1) == 20
+    for role in ("train", "val", "test"):
+        rows = data["role"] == role
+        assert np.sum(data["direction"][rows] == 1) == np.sum(data["direction"][rows] == -1)
     for d in (1, -1):  # each spiral of a direction starts at a different point
         starts = data["start"][data["direction"] == d]
         assert len(np.unique(starts)) == len(starts)
     with pytest.raises(ValueError, match="even"):
-        S.generate_spirals(np.random.RandomState(0), 7)
+        S.generate_spirals(np.random.RandomState(0), _roles(7, 2))
     with pytest.raises(ValueError, match="different points"):
-        S.generate_spirals(np.random.RandomState(0), 2000)
+        S.generate_spirals(np.random.RandomState(0), _roles(2000, 2))
+
+
+def test_training_windows_cover_every_test_extrapolation_point():
+    """Every arm index a test series is scored on lies in some training series' observation
+    window (of its direction); held-out series lie wholly on the arm, and the training series'
+    unused extrapolation parts are NaN, so no score can read them."""
+    data = S.make_dataset(1000)
+    w, e, n_dense = S.SPIRAL["window"], S.SPIRAL["extrap"], S.SPIRAL["n_dense"]
+    assert (len(data["train"]), len(data["val"]), len(data["test"])) == (800, 100, 100)
+    for d in (1, -1):
+        train = data["start"][data["train"]][data["direction"][data["train"]] == d]
+        seen = np.zeros(n_dense, bool)
+        for s0 in train:
+            seen[s0:s0 + w] = True
+        test = data["start"][data["test"]][data["direction"][data["test"]] == d]
+        scored = np.concatenate([np.arange(s0 + w, s0 + w + e) for s0 in test])
+        assert seen[scored].all()
+        assert train.max() > n_dense - w - e  # training windows reach past the held-out starts
+    held = np.concatenate([data["val"], data["test"]])
+    assert np.all(data["start"][held] + w + e <= n_dense)
+    assert np.isfinite(data["clean"][held]).all()
+    assert np.isfinite(data["clean"][data["train"], :w]).all()
+    late = data["train"][data["start"][data["train"]] > n_dense - w - e]
+    assert len(late) and np.isnan(data["clean"][late, w:]).any()
 
 
 def test_directions_by_angular_velocity():
     """Counter-clockwise spirals turn with positive angular velocity about their arm's centre
     (5, 0), clockwise ones with negative about (-5, 0), at every step."""
-    data = S.generate_spirals(np.random.RandomState(1), 20)
+    data = S.generate_spirals(np.random.RandomState(1), _roles(0, 10))
     for path, d in zip(data["clean"], data["direction"]):
         centre = np.array([5.0 if d == 1 else -5.0, 0.0])
         p, v = path[:-1] - centre, np.diff(path, axis=0)
@@ -52,7 +82,7 @@ def test_directions_by_angular_velocity():
 
 
 def test_noise_level():
-    data = S.generate_spirals(np.random.RandomState(2), 100)
+    data = S.generate_spirals(np.random.RandomState(2), _roles(0, 50))
     residual = data["noisy"] - data["clean"]
     assert abs(residual.std() - 0.3) < 0.01
     assert abs(residual.mean()) < 0.01
@@ -74,9 +104,10 @@ def test_split_is_fixed_and_stratified():
     a, b = S.make_dataset(100), S.make_dataset(100)
     np.testing.assert_array_equal(a["test"], b["test"])
     np.testing.assert_array_equal(a["noisy"], b["noisy"])
-    assert len(np.intersect1d(a["train"], a["test"])) == 0
-    assert len(a["train"]) + len(a["test"]) == 100
-    assert np.sum(a["direction"][a["test"]] == 1) == np.sum(a["direction"][a["test"]] == -1)
+    parts = [a["train"], a["val"], a["test"]]
+    assert sum(map(len, parts)) == 100 and len(np.unique(np.concatenate(parts))) == 100
+    for rows in (a["val"], a["test"]):
+        assert np.sum(a["direction"][rows] == 1) == np.sum(a["direction"][rows] == -1) > 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -197,13 +228,68 @@ def test_rnn_dt_uses_the_gaps_and_the_plain_rnn_does_not():
     stretched = times * 1.5
     for with_dt in (False, True):
         p = S.init_rnn_baseline(np.random.RandomState(9), with_dt)
-        recon, extrap = S.rnn_predict(p, xs, times, t_future, with_dt)
+        recon, extrap = S.rnn_predict(p, xs, times, t_future, with_dt, step=0.3)
         assert recon.shape == (3, 5, 2) and extrap.shape == (3, 10, 2)
-        recon2, _ = S.rnn_predict(p, xs, stretched, t_future * 1.5, with_dt)
+        recon2, _ = S.rnn_predict(p, xs, stretched, t_future * 1.5, with_dt, step=0.45)
         assert np.allclose(recon, recon2) != with_dt
-        # the likelihood's means are the one-step predictions
-        nll = S.rnn_nll(p, xs, times, with_dt)
-        assert np.isfinite(nll)
+        assert np.isfinite(S.rnn_nll(p, xs, times, with_dt))
+    with pytest.raises(ValueError, match="step"):
+        S.rnn_predict(p, xs, times, t_future, False)
+
+
+def test_plain_rnn_steps_are_placed_at_its_training_gap():
+    """The plain RNN's k-th free-running step sits at t_last + k * step: where the target times
+    fall on those points its predictions are its raw outputs, and between them the linear
+    interpolation of its neighbours."""
+    rng = np.random.RandomState(10)
+    p = S.init_rnn_baseline(rng, False)
+    xs = rng.randn(2, 5, 2)
+    times = np.array([[0.0, 0.5, 1.0, 1.5, 2.0], [0.0, 1.0, 1.5, 2.5, 3.0]])
+    step = 0.5
+    _, raw = S.rnn_run(p, xs, np.zeros((2, 4 + 8)), 8, False)
+    on_grid = times[:, -1:] + step * np.arange(1, 5)  # the first four steps of each series
+    for b in range(2):
+        _, at = S.rnn_predict(p, xs[b:b + 1], times[b:b + 1], on_grid[b], False, step)
+        np.testing.assert_allclose(at[0], raw[b, :4], rtol=1e-12, atol=1e-12)
+        _, mid = S.rnn_predict(p, xs[b:b + 1], times[b:b + 1], on_grid[b][:3] + step / 2,
+                               False, step)
+        np.testing.assert_allclose(mid[0], (raw[b, :3] + raw[b, 1:4]) / 2, atol=1e-12)
+    # between the last observation and the first step: towards the last observation
+    _, first = S.rnn_predict(p, xs[:1], times[:1], [times[0, -1] + step / 4], False, step)
+    np.testing.assert_allclose(first[0, 0], 0.75 * xs[0, -1] + 0.25 * raw[0, 0], atol=1e-12)
+
+
+# ---------------------------------------------------------------------------------------------
+# Scoring
+
+
+def test_a_perfect_model_scores_zero_noise_free_and_the_noise_on_noisy_points():
+    data = S.make_dataset(400)
+    w, rows = S.SPIRAL["window"], data["test"]
+    perfect = S.score_predictions(data["clean"][rows, w:], data, rows)
+    assert perfect["rmse_clean"] == 0.0
+    assert abs(perfect["rmse_noisy"] - S.SPIRAL["noise_std"]) < 0.01
+    shifted = S.score_predictions(data["clean"][rows, w:] + 0.1, data, rows)
+    assert abs(shifted["rmse_clean"] - 0.1) < 1e-12
+    # scored on the test rows' own points: another set of rows does not score zero
+    assert S.score_predictions(data["clean"][data["val"], w:], data, rows)["rmse_clean"] > 1
+
+
+def test_last_observation_baseline_against_a_hand_computation():
+    data = S.make_dataset(100)
+    w, rows, n = S.SPIRAL["window"], data["test"], 30
+    got = S.score("last_observation", None, data, n, rows, solver=None)
+    sq = []
+    for r in rows:
+        last = data["noisy"][r, data["obs_idx"][n][r][-1]]
+        for k in range(S.SPIRAL["extrap"]):
+            sq.extend((last - data["clean"][r, w + k]) ** 2)
+    assert abs(got["rmse_clean"] - np.sqrt(np.mean(sq))) < 1e-12
+    # the linear baseline goes through the last observations when they lie on a line
+    times = np.array([[0.0, 1.0, 2.0, 3.0, 4.0]])
+    xs = np.stack([2 * times + 1, -times], axis=-1)
+    np.testing.assert_allclose(S.linear_extrapolation(xs, times, np.array([5.0, 7.0]))[0],
+                               [[11.0, -5.0], [15.0, -7.0]])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -221,16 +307,18 @@ def test_smoke_run_writes_results_and_resume_gives_the_same_numbers(tmp_path):
     assert _run(tmp_path, "whole") == 0
     record = json.loads((tmp_path / "whole" / "results.json").read_text())
     table = record["results"]["table2_rmse"]
-    assert set(table) == {"RNN", "RNN + dt", "Latent ODE"}
+    assert set(table) == {"RNN", "RNN + dt", "Latent ODE", "Last observation",
+                          "Linear extrapolation"}
     for row in table.values():
         assert set(row) == {"30", "50", "100"}
         for cell in row.values():
             assert cell["rmse_noisy"] > 0 and cell["rmse_clean"] > 0
+            assert cell["rmse_clean"] == np.mean(cell["rmse_clean_seeds"])
     assert "spirals" in record["choices"] and "noise" in record["choices"]
     for f in ("fig9.png", "fig10.png", "training.png"):
         assert (tmp_path / "whole" / f).stat().st_size > 10_000
     # killed in the middle of the first latent ODE (after 5 + 5 + 3 iterations; its last
-    # checkpoint is at 2), then resumed
+    # checkpoint is at 2), then resumed: validation, learning-rate decay and clipping included
     with pytest.raises(KeyboardInterrupt):
         _run(tmp_path, "split", "--stop-after", "13")
     assert _run(tmp_path, "split", "--resume") == 0
@@ -246,8 +334,11 @@ def test_training_split_by_n_then_gathered_gives_the_numbers_of_one_run(tmp_path
     table = json.loads((tmp_path / "whole" / "results.json").read_text())["results"]["table2_rmse"]
     assert _run(tmp_path, "byn", "--resume", "--train-only-n", "100") == 0
     assert not (tmp_path / "byn" / "results.json").exists()
-    assert sorted(p.name for p in (tmp_path / "byn_ckpt").iterdir()) == [
-        "latent_ode_n100.pkl", "rnn_dt_n100.pkl", "rnn_n100.pkl"]
+    assert sorted(p.name for p in (tmp_path / "byn_ckpt").iterdir()) == sorted(
+        f"{m}_n100_seed0.{ext}" for m in ("latent_ode", "rnn_dt", "rnn")
+        for ext in ("ckpt", "log.jsonl"))
+    assert _run(tmp_path, "byn", "--resume", "--train-only-n", "30", "50",
+                "--train-only", "latent_ode") == 0
     assert _run(tmp_path, "byn", "--resume", "--train-only-n", "30", "50") == 0
     assert _run(tmp_path, "byn", "--resume") == 0
     gathered = json.loads((tmp_path / "byn" / "results.json").read_text())["results"]

@@ -2,10 +2,12 @@
 resumable at any batch.
 
 A checkpoint holds the parameters, the optimiser's velocity, the RNG state (after the batch's
-crop offsets were drawn), the epoch's permutation, the epoch's running sums, the per-batch log
-and the per-epoch history, so a run resumed after a kill continues with exactly the numbers of an
-uninterrupted one.
+crop offsets were drawn), the epoch's permutation, the epoch's running sums and the per-epoch
+history, so a run resumed after a kill continues with exactly the numbers of an uninterrupted
+one. The per-batch log (loss, NFE, seconds) is appended to a file beside the checkpoint
+(common.AppendLog), so a save costs the same at the first epoch as at the last.
 """
+import json
 import time
 import zlib
 
@@ -13,19 +15,22 @@ import numpy as np
 from autograd import value_and_grad
 from autograd.tracer import getval
 
-from reproduce.common import SGD, StopAfter
+from reproduce.common import SGD, AppendLog, StopAfter
 
 from . import data as D
 from .models import cross_entropy, n_params
 
 BASE_LR, BASE_BATCH, MOMENTUM = 0.1, 128, 0.9
-LR_DROPS = (60, 100, 140)  # epochs at which the learning rate is divided by 10
+PAPER_EPOCHS = 160
+LR_DROPS = (60, 100, 140)  # the paper's schedule: the learning rate / 10 at these epochs of 160
 
 
-def learning_rate(epoch, batch_size=BASE_BATCH):
-    """0.1 for batch 128 (scaled linearly with the batch), divided by 10 at epochs 60, 100 and
-    140 (epoch counted from 0)."""
-    return BASE_LR * batch_size / BASE_BATCH * 0.1 ** sum(epoch >= e for e in LR_DROPS)
+def learning_rate(epoch, epochs=PAPER_EPOCHS, batch_size=BASE_BATCH):
+    """0.1 for batch 128 (scaled linearly with the batch), divided by 10 at the same fractions
+    of training as epochs 60, 100 and 140 of the paper's 160 (epoch counted from 0): a run of
+    E epochs drops it once epoch >= 60/160 E, and so on."""
+    drops = sum(epoch >= d * epochs / PAPER_EPOCHS for d in LR_DROPS)
+    return BASE_LR * batch_size / BASE_BATCH * 0.1 ** drops
 
 
 def evaluate(model, params, images, labels, batch_size):
@@ -54,25 +59,46 @@ def fresh_state(model, seed, config):
     params = model.init(rng)
     return {"config": config, "params": params, "opt": SGD(BASE_LR, MOMENTUM).state_dict(),
             "rng": rng.get_state(), "epoch": 0, "batch": 0, "perm": None, "running": None,
-            "batches": [], "history": [], "n_params": n_params(params)}
+            "log_size": 0, "epoch_log_start": 0, "history": [], "n_params": n_params(params)}
+
+
+def train_config(run, model, train_set, test_set, epochs, batch_size):
+    """What a checkpoint of this model must match: the run's configuration (mode, seed, every
+    flag that changes numbers) and the training set-up."""
+    return dict(run.config, model=model.name, n_train=len(train_set[0]),
+                n_test=len(test_set[0]), batch_size=batch_size, epochs=epochs)
+
+
+def batch_log(run, name):
+    return AppendLog(run.checkpoint(name).path[:-len(".ckpt")] + ".log.jsonl")
+
+
+def load_trained(run, name, config, ignore=()):
+    """The state of a model for evaluation only: its checkpoint, else its final weights (a full
+    run's are committed); None if neither exists. Both must match `config` but for the keys in
+    `ignore`. Batches come as state["batches"] (the per-batch log, or the weights' copy)."""
+    state = run.checkpoint(name).load(config, force=True, ignore=ignore)
+    if state is not None:
+        state["batches"] = batch_log(run, name).read(state["log_size"])
+        return state
+    return run.final_weights(name).load(config, force=True, ignore=ignore)
 
 
 def train(run, model, train_set, test_set, epochs, batch_size, checkpoint_every, seed,
           stopper=None):
     """Train `model` for `epochs` epochs (continuing a checkpoint under --resume); returns the
-    final state. Batches: a fresh permutation each epoch, the last partial batch dropped (a new
-    batch size would retrace TensorFlow's functions), each image randomly cropped (padding 4).
-    After each epoch the test set is evaluated."""
+    final state, with state["batches"] the per-batch log. Batches: a fresh permutation each
+    epoch, the last partial batch dropped (a new batch size would retrace TensorFlow's
+    functions), each image randomly cropped (padding 4). After each epoch the test set is
+    evaluated. A run that finishes also writes its final weights (Run.final_weights)."""
     images, labels = train_set
-    config = {"model": model.name, "n_train": len(images), "n_test": len(test_set[0]),
-              "batch_size": batch_size, "seed": seed}
+    config = train_config(run, model, train_set, test_set, epochs, batch_size)
     ckpt = run.checkpoint(model.name)
-    state = ckpt.load()
-    if state is not None and state["config"] != config:
-        raise ValueError(f"checkpoint {ckpt.path} was made with {state['config']}, this run has "
-                         f"{config}: run without --resume (or with the same settings)")
+    log = batch_log(run, model.name)
+    state = ckpt.load(config)
     if state is None:
         state = fresh_state(model, seed, config)
+    log.restore(state["log_size"])
     stopper = stopper or StopAfter()
     opt = SGD(BASE_LR, MOMENTUM)
     opt.load_state_dict(state["opt"])
@@ -86,10 +112,11 @@ def train(run, model, train_set, test_set, epochs, batch_size, checkpoint_every,
 
     while state["epoch"] < epochs:
         epoch = state["epoch"]
-        lr = learning_rate(epoch, batch_size)
+        lr = learning_rate(epoch, epochs, batch_size)
         if state["batch"] == 0:
             state["perm"] = rng.permutation(len(images))
             state["running"] = {"loss": 0.0, "correct": 0, "seen": 0}
+            state["epoch_log_start"] = log.size()
         start_batch = state["batch"]
         resumed = f", resumed at batch {start_batch}" if start_batch else ""
         bar = run.progress(range(start_batch, n_batches), total=n_batches - start_batch,
@@ -118,26 +145,38 @@ def train(run, model, train_set, test_set, epochs, batch_size, checkpoint_every,
             r["loss"] += float(loss) * len(y)
             r["correct"] += correct
             r["seen"] += len(y)
-            state["batches"].append({"epoch": epoch, "batch": b, "loss": float(loss),
-                                     "accuracy": correct / len(y), "nfe_forward": nfe_f,
-                                     "nfe_backward": nfe_b, "seconds": seconds,
-                                     "warmup": first_in_process})
+            log.append({"epoch": epoch, "batch": b, "loss": float(loss),
+                        "accuracy": correct / len(y), "nfe_forward": nfe_f,
+                        "nfe_backward": nfe_b, "seconds": seconds, "warmup": first_in_process})
             first_in_process = False
             nfe = {} if nfe_f is None else {"nfe_f": nfe_f, "nfe_b": nfe_b}
             run.set_postfix(loss=float(loss), acc=r["correct"] / r["seen"], **nfe)
-            state.update(params=params, opt=opt.state_dict(), rng=rng.get_state(), batch=b + 1)
+            state.update(params=params, opt=opt.state_dict(), rng=rng.get_state(), batch=b + 1,
+                         log_size=log.size())
             if (b + 1) % checkpoint_every == 0 and b + 1 < n_batches:
                 ckpt.save(state)
             stopper.tick()
-        state["history"].append(_epoch_summary(model, params, state, epoch, lr, test_set,
+        rows = _epoch_rows(log, state)
+        state["history"].append(_epoch_summary(model, params, state, rows, epoch, lr, test_set,
                                                batch_size))
         state.update(epoch=epoch + 1, batch=0, perm=None, running=None)
         ckpt.save(state)
+    state["batches"] = log.read(state["log_size"])
+    if not getattr(run.args, "evaluate_only", False):
+        keep = ("config", "params", "epoch", "history", "n_params", "batches")
+        run.final_weights(model.name).save({k: state[k] for k in keep} | {"log_size": 0})
     return state
 
 
-def _epoch_summary(model, params, state, epoch, lr, test_set, batch_size):
-    rows = [r for r in state["batches"] if r["epoch"] == epoch]
+def _epoch_rows(log, state):
+    """The log's rows of the current epoch (read from where the epoch started)."""
+    with open(log.path, "rb") as f:
+        f.seek(state["epoch_log_start"])
+        data = f.read(state["log_size"] - state["epoch_log_start"])
+    return [json.loads(line) for line in data.splitlines() if line.strip()]
+
+
+def _epoch_summary(model, params, state, rows, epoch, lr, test_set, batch_size):
     timed = [r["seconds"] for r in rows if not r["warmup"]] or [r["seconds"] for r in rows]
     started = time.perf_counter()
     test = evaluate(model, params, *test_set, batch_size)
