@@ -5,10 +5,10 @@
 
 See `odeint` for the options and `SolverStats` for the counts of function evaluations.
 """
-from ._odeint import (ADJOINT_METHODS, BACKWARD_METHODS, DIRECT_METHODS, METHODS, Counts,
-                      SolverStats, odeint)
-from ._scipy import ODESolverError
+from ._odeint import (ADJOINT_METHODS, BACKWARD_METHODS, DEFAULT_TOL, DIRECT_METHODS, METHODS,
+                      Counts, SolverStats, odeint)
+from .errors import ODESolverError
 
 __all__ = ["odeint", "ODESolverError", "SolverStats", "Counts", "METHODS", "ADJOINT_METHODS",
-           "DIRECT_METHODS", "BACKWARD_METHODS"]
+           "DIRECT_METHODS", "BACKWARD_METHODS", "DEFAULT_TOL"]
 __version__ = "0.1.0"

@@ -8,6 +8,7 @@ from autograd.builtins import SequenceBox
 from autograd.tracer import getval, isbox
 
 from . import rk
+from ._scipy import refuse_broken
 from .adjoint import Options, odeint_adjoint
 
 ADJOINT_METHODS = ("adams", "bdf", "lsoda")  # scipy's VODE (Adams, BDF) and LSODA; adjoint VJP
@@ -16,6 +17,7 @@ DIRECT_METHODS = ("rk4",) + ADAPTIVE_RK  # autograd operations; direct backprop
 METHODS = ADJOINT_METHODS + DIRECT_METHODS
 BACKWARD_METHODS = ADJOINT_METHODS + ADAPTIVE_RK  # what may solve the adjoint
 DEFAULT_TOL = 1.49012e-8  # scipy.integrate.odeint's default rtol and atol
+MAX_COUNT = np.iinfo(np.int32).max  # max_steps and checkpoints: VODE/LSODA's Fortran integers
 
 
 @dataclasses.dataclass
@@ -56,62 +58,59 @@ def odeint(func, y0, t, args=(), *, rtol=DEFAULT_TOL, atol=DEFAULT_TOL, method="
            stats=None):
     """Solve dy/dt = func(y, t, *args) from y(t[0]) = y0; differentiable with autograd.
 
-    func(y, t, *args) returns dy/dt with y's shape. y0 has any shape; t is 1-D, at least two
-    strictly increasing or strictly decreasing times. Returns an array (len(t),) + y0.shape whose
-    first row is y0. Gradients (any order) flow to y0, every entry of t and every float array in
-    `args` (a tuple; its entries may be arrays, scalars or nested lists/tuples/dicts of them).
-    Values that func needs gradients for must come through `args`, not a closure. A func may
-    offer the backward solve a fused call (gpu_dynamics' primitives do):
-    `func.augmented_dynamics(a, y, t, *args, want_t, want_args)`, the flat derivative
-    [f, -a^T df/dy, -a^T df/dargs (float args in order, if want_args), -a^T df/dt (if want_t)]
-    in any float dtype (float32 is widened exactly),
-    or `func.value_and_vjp(g, y, t, *args) -> (f, g_y, g_t, g_args)`; else autograd traces it.
+    func(y, t, *args) returns dy/dt, real, with y's shape. y0 has any shape; t is 1-D, at least
+    two strictly increasing or strictly decreasing times. Returns an array (len(t),) + y0.shape
+    whose first row is y0. Gradients (any order) flow to y0, every entry of t and every float
+    array in `args` (a tuple; its entries may be arrays, scalars or nested lists/tuples/dicts of
+    them). Values that func needs gradients for must come through `args`, not a closure.
 
-    method: 'lsoda' (scipy.integrate.odeint; switches to BDF when stiff), 'adams' (VODE implicit
-    Adams with functional iteration: no Jacobian, the one for large states), 'bdf' (VODE BDF, for
-    stiff problems): gradients by the adjoint method (Algorithm 1). 'rk4' (fixed steps of at most
-    `step_size`, one per interval if None), 'dopri5' (adaptive Dormand-Prince 5(4)), 'bosh3'
-    (adaptive Bogacki-Shampine 3(2)) and 'rkf23' (Fehlberg's 2(3) pair, propagated at order 3):
-    gradients by backprop through the solver's operations (the paper's RK-Net).
-    rtol, atol: error tolerances (scipy's defaults). max_steps: the most internal steps between
-    two output times. jacobian: for 'bdf'/'lsoda', 'dense' or 'diagonal' finite differences
-    (None: dense up to 1000 states, diagonal above, so that large states never get an n x n one).
+    method: 'lsoda' (switches to BDF when stiff), 'adams' (VODE's implicit Adams without a
+    Jacobian: the one for large states) or 'bdf' (VODE's BDF, for stiff problems), with gradients
+    by the adjoint method (the paper's Algorithm 1); or 'rk4' (fixed steps of at most
+    `step_size`, one per interval if None), 'dopri5' (Dormand-Prince 5(4)), 'bosh3'
+    (Bogacki-Shampine 3(2)) or 'rkf23' (Fehlberg 2(3), propagated at order 3), with gradients by
+    backprop through the solver's operations (the paper's RK-Net).
+    rtol, atol: error tolerances (scipy's defaults). max_steps: the most steps between two output
+    times. jacobian: for 'bdf'/'lsoda', 'dense' or 'diagonal' finite differences (None: dense up
+    to 1000 states, diagonal above, so that large states never get an n x n one).
     adjoint_method, adjoint_rtol, adjoint_atol: the backward solves (default: the forward's).
-    adjoint_method may also be 'dopri5', 'bosh3' or 'rkf23' (this package's Runge-Kutta pairs, in
-    plain numpy there): the backward solve restarts at every output time, which costs VODE/LSODA
-    a climb from order 1 each time, while these carry their step size over; with many output
-    times they take fewer evaluations. The order-3 pairs (3 evaluations a step to dopri5's 6) win
-    when one step spans an output interval anyway (short intervals, loose tolerances: the spiral
-    benchmark), rkf23 most, as its step after each restart costs 3 evaluations to bosh3's 4 (no
-    first-same-as-last stage), though its more cautious error estimate makes it take more
-    steps than bosh3 where steps are shorter than the intervals; at tight tolerances dopri5
-    takes as few or fewer (the latent experiments' results compare them at 1.5e-8:
-    solver_speed*).
+    adjoint_method may also be 'dopri5', 'bosh3' or 'rkf23' (in plain numpy there), which carry
+    their step size from one output interval to the next where VODE and LSODA restart at order 1.
     adjoint_seminorm: leave the parameter-gradient integrals out of the backward error control.
     checkpoints: an int k (k extra times evenly spaced between t[0] and t[-1]) or an array of
     times at which the forward states are stored, so that the backward solve restarts z from
     them (curbs the error of reconstructing z backwards, the paper's Section 6).
     stats: a SolverStats that receives NFE and step counts.
 
-    Raises ValueError for bad arguments and ODESolverError when a solve fails; an exception
-    raised by func propagates unchanged.
+    A func may offer the backward solve a fused call (gpu_dynamics' primitives do):
+    `func.augmented_dynamics(a, y, t, *args, want_t, want_args)`, the flat derivative
+    [f, -a^T df/dy, -a^T df/dargs (float args in order, if want_args), -a^T df/dt (if want_t)]
+    in any float dtype, or `func.value_and_vjp(g, y, t, *args) -> (f, g_y, g_t, g_args)`; else
+    autograd traces it.
+
+    Raises ValueError for bad arguments, and ODESolverError when a solve fails (saying whether the
+    forward or an adjoint solve, and the time reached) or when the installed scipy is known to
+    return wrong answers with the method; an exception raised by func propagates unchanged.
     """
     if not callable(func):
         raise ValueError(f"func must be callable, not {type(func).__name__}")
-    if method not in METHODS:
+    if not (isinstance(method, str) and method in METHODS):
         raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
     if not (isinstance(args, (list, tuple)) or isinstance(args, SequenceBox)):
         raise ValueError(f"args must be a tuple of the extra arguments of func, not "
                          f"{type(args).__name__}: write args=(theta,) for a single one")
     y0, t = _check_y0(y0), _check_t(t)
     _check_tolerances(rtol, atol, "rtol", "atol")
-    if not (isinstance(max_steps, (int, np.integer)) and max_steps > 0):
-        raise ValueError(f"max_steps must be a positive integer, not {max_steps!r}")
+    _check_count(max_steps, "max_steps")
     if step_size is not None and method != "rk4":
         raise ValueError(f"step_size applies to method='rk4' only, not {method!r}")
-    if step_size is not None and not (np.ndim(step_size) == 0 and np.isfinite(step_size)
+    if step_size is not None and not (_real(step_size) is not None and np.isfinite(step_size)
                                       and step_size > 0):
         raise ValueError(f"step_size must be a positive number, not {step_size!r}")
+    if not isinstance(adjoint_seminorm, (bool, np.bool_)):
+        raise ValueError(f"adjoint_seminorm must be True or False, not {adjoint_seminorm!r}")
+    if stats is not None and not isinstance(stats, SolverStats):
+        raise ValueError(f"stats must be a SolverStats or None, not {type(stats).__name__}")
     func = _check_output(func, anp.shape(y0))
 
     if method in DIRECT_METHODS:
@@ -125,23 +124,26 @@ def odeint(func, y0, t, args=(), *, rtol=DEFAULT_TOL, atol=DEFAULT_TOL, method="
         return _solve_direct(func, y0, t, args, method, rtol, atol, max_steps, step_size, stats)
 
     adjoint_method = method if adjoint_method is None else adjoint_method
-    if adjoint_method not in BACKWARD_METHODS:
+    if not (isinstance(adjoint_method, str) and adjoint_method in BACKWARD_METHODS):
         raise ValueError(f"unknown adjoint_method {adjoint_method!r}; choose one of "
                          f"{', '.join(BACKWARD_METHODS)}")
+    if not (jacobian is None or isinstance(jacobian, str) and jacobian in ("dense", "diagonal")):
+        raise ValueError(f"jacobian must be None, 'dense' or 'diagonal', not {jacobian!r}")
     if jacobian is not None and not {method, adjoint_method} & {"bdf", "lsoda"}:
         raise ValueError(f"jacobian applies to 'bdf' and 'lsoda'; method={method!r} with "
                          f"adjoint_method={adjoint_method!r} uses no Jacobian")
     adjoint_rtol = rtol if adjoint_rtol is None else adjoint_rtol
     adjoint_atol = atol if adjoint_atol is None else adjoint_atol
     _check_tolerances(adjoint_rtol, adjoint_atol, "adjoint_rtol", "adjoint_atol")
+    for name in {method, adjoint_method}:
+        refuse_broken(name)
     backward = Options(adjoint_method, adjoint_rtol, adjoint_atol, max_steps, jacobian,
-                       stats.backward if stats is not None else None, seminorm=adjoint_seminorm)
-    opts = Options(method, rtol, atol, max_steps, jacobian,
-                   stats.forward if stats is not None else None, backward=backward)
+                       seminorm=bool(adjoint_seminorm))
+    opts = Options(method, rtol, atol, max_steps, jacobian, backward=backward)
     if checkpoints is None:
-        return _solve_adjoint(func, y0, t, args, opts)
+        return _solve_adjoint(func, y0, t, args, opts, stats)
     t_all, rows = _with_checkpoints(t, checkpoints)
-    return _solve_adjoint(func, y0, t_all, args, opts)[rows]
+    return _solve_adjoint(func, y0, t_all, args, opts, stats)[rows]
 
 
 def _solve_direct(func, y0, t, args, method, rtol, atol, max_steps, step_size, stats):
@@ -150,15 +152,15 @@ def _solve_direct(func, y0, t, args, method, rtol, atol, max_steps, step_size, s
     fun = lambda y, tt: func(y, tt, *args)  # noqa: E731
     with np.errstate(all="ignore"):  # non-finite values raise ODESolverError instead
         if method == "rk4":
-            ys, nfe, steps = rk.rk4(fun, y0, t, step_size)
+            ys, nfe, steps = rk.rk4(fun, y0, t, step_size, max_steps)
         else:
-            ys, nfe, steps = rk.embedded_rk(method, fun, y0, t, rtol, atol, max_steps)
+            ys, nfe, steps, _ = rk.embedded_rk(method, fun, y0, t, rtol, atol, max_steps)
     if stats is not None:
         stats.forward.add(nfe, steps)
     return ys
 
 
-def _solve_adjoint(func, y0, t, args, opts):
+def _solve_adjoint(func, y0, t, args, opts, stats):
     """The adjoint primitive sees args as a flat list of float arrays (its differentiable
     inputs); everything else in args (ints, strings, ...) stays inside the wrapped func."""
     leaves, rebuild = _flatten(args)
@@ -185,10 +187,20 @@ def _solve_adjoint(func, y0, t, args, opts):
         flat_func.augmented_dynamics = lambda a, y, tt, *values, **kw: assembled(
             a, y, tt, *with_floats(values), **kw)
 
-    return odeint_adjoint(y0, t, *[leaves[i] for i in floats], func=flat_func, opts=opts)
+    return odeint_adjoint(y0, t, *[leaves[i] for i in floats], func=flat_func, opts=opts,
+                          stats=stats)
+
+
+def _traced_list_to_array(x):
+    """A list or tuple holding values autograd traces, as one traced array (as np.array would
+    make of untraced values); anything else unchanged."""
+    if isinstance(x, (list, tuple)) and any(isbox(leaf) for leaf in _flatten(x)[0]):
+        return anp.array(x)
+    return x
 
 
 def _check_y0(y0):
+    y0 = _traced_list_to_array(y0)
     value = np.asarray(getval(y0))
     if value.dtype == object or not np.issubdtype(value.dtype, np.number) \
             or np.issubdtype(value.dtype, np.complexfloating):
@@ -201,6 +213,7 @@ def _check_y0(y0):
 
 
 def _check_t(t):
+    t = _traced_list_to_array(t)
     value = np.asarray(getval(t))
     if value.ndim != 1:
         raise ValueError(f"t must be 1-D, not of shape {value.shape}")
@@ -220,25 +233,44 @@ def _check_t(t):
     return t if isbox(t) else value.astype(float)
 
 
+def _real(value):
+    """value as a float if it is one real number (not a bool, a string or an array), else None."""
+    if isinstance(value, (bool, np.bool_, str, bytes)) or np.ndim(value) != 0 \
+            or np.asarray(value).dtype.kind not in "iuf":
+        return None
+    return float(value)
+
+
 def _check_tolerances(rtol, atol, rname, aname):
     for name, tol in ((rname, rtol), (aname, atol)):
-        try:
-            value = float(tol) if np.ndim(tol) == 0 else None
-        except (TypeError, ValueError):
-            value = None
+        value = _real(tol)
         if value is None or not np.isfinite(value) or value < 0:
             raise ValueError(f"{name} must be a finite non-negative number, not {tol!r}")
     if rtol == 0 and atol == 0:
         raise ValueError(f"{rname} and {aname} cannot both be zero")
 
 
+def _check_count(value, name):
+    """A positive int that fits the solvers' 32-bit Fortran integers (not a bool)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) \
+            or not 0 < value <= MAX_COUNT:
+        raise ValueError(f"{name} must be a positive integer at most {MAX_COUNT}, not {value!r}")
+
+
 def _check_output(func, shape):
-    """func with a check that dy/dt comes back with y's shape."""
+    """func with a check that dy/dt comes back real, with y's shape."""
 
     def checked(y, t, *args):
-        f = func(y, t, *args)
+        f = _traced_list_to_array(func(y, t, *args))
+        value = f if isbox(f) else np.asarray(f)
+        kind = np.asarray(getval(value)).dtype
+        if kind == object or not np.issubdtype(kind, np.number) \
+                or np.issubdtype(kind, np.complexfloating):
+            raise ValueError(f"func returned dy/dt of dtype {kind}; it must be real (odeint "
+                             "solves real ODEs: write a complex state as its real and imaginary "
+                             "parts)")
         if not isbox(f):
-            f = np.asarray(f, dtype=float)
+            f = value.astype(float, copy=False)
         if anp.shape(f) != shape:
             raise ValueError(f"func returned dy/dt of shape {anp.shape(f)}; it must have y's "
                              f"shape {shape}")
@@ -284,12 +316,14 @@ def _with_checkpoints(t, checkpoints):
     """The output times merged with checkpoint times, and the rows of the outputs in the merge."""
     tv = getval(t)
     if np.ndim(checkpoints) == 0:
-        if not (isinstance(checkpoints, (int, np.integer)) and checkpoints > 0):
-            raise ValueError(f"checkpoints must be a positive int or an array of times, not "
-                             f"{checkpoints!r}")
+        _check_count(checkpoints, "checkpoints (a count, or an array of times)")
         extra = np.linspace(tv[0], tv[-1], int(checkpoints) + 2)[1:-1]
     else:
-        extra = np.asarray(checkpoints, dtype=float).ravel()
+        extra = np.asarray(checkpoints)
+        if extra.dtype.kind not in "iuf":
+            raise ValueError(f"checkpoints must be a positive int or an array of times, not "
+                             f"{checkpoints!r}")
+        extra = extra.astype(float).ravel()
         lo, hi = min(tv[0], tv[-1]), max(tv[0], tv[-1])
         if not np.all(np.isfinite(extra)) or np.any((extra <= lo) | (extra >= hi)):
             raise ValueError(f"checkpoint times must lie strictly inside [{lo}, {hi}]")

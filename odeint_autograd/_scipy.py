@@ -1,38 +1,53 @@
 """The forward solve through scipy's compiled ODE solvers (VODE and LSODA).
 
 Plain numpy in, plain numpy out: the states at every requested time, with the counts of what the
-solver did. Three properties of scipy's solvers shape this file:
+solver did. Four properties of scipy's solvers shape this file:
 
-- A Python exception raised inside the dynamics cannot unwind scipy's C VODE (it keeps calling
-  back with the error set and returns garbage). So the dynamics run inside `_Guarded`, which keeps
-  the first exception, feeds the solver zeros so that it finishes quickly, and the exception is
-  raised once the solver has returned.
+- A Python exception raised inside the dynamics cannot unwind scipy's compiled solvers (they keep
+  calling back with the error set and return garbage). So the dynamics run inside `_Guarded`,
+  which keeps the first exception, feeds the solver zeros so that it finishes quickly, and the
+  exception is raised once the solver has returned.
 - VODE and LSODA keep their state in process-wide variables: a solve started from inside the
   dynamics of another corrupts the outer one. `_exclusive` refuses such nested solves with a clear
   error (and serialises solves from different threads).
 - The solvers' own vector operations go through the OpenBLAS bundled with scipy's wheels, whose
-  threads keep spinning after each call and take cores from the dynamics' own threads
-  (TensorFlow's: `benchmarks/tf_overhead.py` with and without `--scipy-blas-unlimited`).
+  threads keep spinning after each call and take cores from the dynamics' own threads.
   `_scipy_blas_single_threaded` limits that library, and only that one (numpy's, used by the
   dynamics, is a separate library), while scipy solves.
+- scipy 1.17 replaced the Fortran VODE and LSODA with a C translation that returns wrong answers
+  for some methods (docs/scipy_version.md); `refuse_broken` keeps them from running.
 """
+import re
 import threading
 import warnings
 from contextlib import contextmanager
 
 import numpy as np
-from scipy.integrate import ODEintWarning, ode, odeint as _lsoda
+import scipy
+from scipy.integrate import ode
+
+from .errors import ODESolverError, all_finite
 
 # States above this size get a diagonal finite-difference Jacobian in the stiff methods instead of
 # a dense one: LSODA and BDF would otherwise allocate n x n doubles (1.3 TB at n = 400,000).
 DENSE_JACOBIAN_MAX = 1000
+
+SCIPY_VERSION = tuple(int(part) for part in re.findall(r"\d+", scipy.__version__)[:2])
+
+# What returns wrong answers, without an error, from scipy 1.17 on (measured on 1.17.1 against
+# closed forms and a tight Radau solve: docs/scipy_version.md).
+_BROKEN_FROM_1_17 = {
+    "bdf": "VODE's BDF method",
+    "lsoda": "LSODA through scipy.integrate.ode",
+}
 
 _ISTATE_MESSAGES = {
     -1: "too many steps: more than max_steps={max_steps} internal steps between two output times "
         "(the solution may blow up near this time; if not, raise max_steps, loosen the "
         "tolerances, or try method='bdf' if the problem is stiff)",
     -2: "excess accuracy requested: the tolerances are too small for float64",
-    -3: "illegal input detected by the solver",
+    -3: "illegal input detected by the solver (with atol = 0, a component that is zero at the "
+        "start makes the error weight zero)",
     -4: "repeated error test failures (step size underflow: the solution may blow up or the "
         "dynamics may be discontinuous)",
     -5: "repeated convergence failures of the corrector (step size underflow; for a stiff "
@@ -41,17 +56,14 @@ _ISTATE_MESSAGES = {
 }
 
 
-class ODESolverError(RuntimeError):
-    """A solve failed. `t` is the time the solver reached, `method` the solver that failed."""
-
-    def __init__(self, reason, t=None, method=None):
-        super().__init__(reason)
-        self.reason, self.t, self.method = reason, t, method
-
-    def __str__(self):
-        solver = f" ({self.method})" if self.method else ""
-        where = "" if self.t is None else f" at t = {self.t!r}"
-        return f"odeint{solver} failed{where}: {self.reason}"
+def refuse_broken(method):
+    """Raise ODESolverError if `method` is known to return wrong answers on this scipy."""
+    if SCIPY_VERSION >= (1, 17) and method in _BROKEN_FROM_1_17:
+        raise ODESolverError(
+            f"refused: {_BROKEN_FROM_1_17[method]} returns wrong answers without an error on "
+            f"scipy {scipy.__version__} (scipy 1.17's C translation of VODE/LSODA; see "
+            "docs/scipy_version.md). Install scipy>=1.16,<1.17 as setup.py requires, or use "
+            "method='adams', 'dopri5', 'bosh3', 'rkf23' or 'rk4'.", method=method)
 
 
 _scipy_blas = None
@@ -93,14 +105,6 @@ def _exclusive(method):
             _owner = None
 
 
-def _all_finite(f):
-    """Whether a float array holds no nan or inf: its sum is nan or inf if any entry is (or if it
-    overflows, when the entry-wise check decides). One pass and no boolean array, and no BLAS:
-    a BLAS dot would wake numpy's OpenBLAS threads, whose spinning after the call takes a core
-    from the dynamics' own threads (TensorFlow's: see the module docstring)."""
-    return bool(np.isfinite(np.sum(f)) or np.isfinite(f).all())
-
-
 class _Guarded:
     """The dynamics as the compiled solver sees them: counted, checked, never raising."""
 
@@ -114,7 +118,7 @@ class _Guarded:
         self.nfe += 1
         try:
             f = self.fun(y, t)
-            if not _all_finite(f):
+            if not all_finite(f):
                 raise ODESolverError(f"the dynamics returned non-finite values (evaluation "
                                      f"{self.nfe}); the solution may blow up before this time",
                                      t=float(t))
@@ -130,76 +134,64 @@ class _Guarded:
             raise self.error
 
 
-def _stiff_options(method, size, jacobian):
-    """dense or diagonal finite-difference Jacobian (the only ones that scale to large states)."""
+def _integrator(guarded, y0, t0, method, rtol, atol, max_steps, jacobian):
+    """scipy's `ode` set up for `method`: VODE's Adams (no Jacobian) or BDF, or LSODA; the stiff
+    methods with a dense or a diagonal finite-difference Jacobian (the only ones that scale to
+    large states)."""
     if jacobian is None:
-        jacobian = "dense" if size <= DENSE_JACOBIAN_MAX else "diagonal"
-    if jacobian not in ("dense", "diagonal"):
-        raise ValueError(f"jacobian must be None, 'dense' or 'diagonal', not {jacobian!r}")
-    return jacobian
+        jacobian = "dense" if y0.size <= DENSE_JACOBIAN_MAX else "diagonal"
+    diagonal = dict(lband=0, uband=0) if jacobian == "diagonal" else {}
+    solver = ode(lambda tt, y: guarded(y, tt))
+    if method == "adams":
+        solver.set_integrator("vode", method="adams", with_jacobian=False, rtol=rtol, atol=atol,
+                              nsteps=max_steps)
+    elif method == "bdf":
+        solver.set_integrator("vode", method="bdf", with_jacobian=True, rtol=rtol, atol=atol,
+                              nsteps=max_steps, **diagonal)
+    else:
+        solver.set_integrator("lsoda", rtol=rtol, atol=atol, nsteps=max_steps, **diagonal)
+    solver.set_initial_value(y0, t0)
+    return solver
+
+
+def _steps_taken(solver):
+    """The number of steps the solver took. scipy's `ode` has no public accessor for it; VODE and
+    LSODA both document it as their optional output IWORK(11), which scipy keeps in the private
+    `_integrator.iwork`."""
+    return int(solver._integrator.iwork[10])
 
 
 def solve(fun, y0, t, method, rtol, atol, max_steps, jacobian=None):
     """Solve dy/dt = fun(y, t) for a 1-D float64 y0, returning (ys, nfe, steps).
 
     ys[i] is the state at t[i] (t strictly monotonic); rtol and atol are scalars or arrays of
-    y0's size. Raises ODESolverError when the solver fails, and re-raises whatever `fun` raised.
+    y0's size. Raises ODESolverError when the solver fails (its `t` the time the solver reached),
+    and re-raises whatever `fun` raised.
     """
-    guarded = _Guarded(fun, y0.size)
+    refuse_broken(method)
+    guarded, failure = _Guarded(fun, y0.size), None
+    ys = np.empty((len(t), y0.size))
+    ys[0] = y0
     # Overflow and nan in the dynamics are reported by _Guarded as an error, not a numpy warning.
     with _exclusive(method), _scipy_blas_single_threaded(), warnings.catch_warnings(), \
             np.errstate(all="ignore"):
         # scipy reports failures as warnings; they become exceptions below.
-        warnings.filterwarnings("ignore", message="vode:")
-        warnings.filterwarnings("ignore", category=ODEintWarning)
-        if method == "lsoda":
-            ys, nst, code, t_reached = _solve_lsoda(guarded, y0, t, rtol, atol, max_steps, jacobian)
-        else:
-            ys, nst, code, t_reached = _solve_vode(guarded, y0, t, method, rtol, atol, max_steps,
-                                                   jacobian)
+        warnings.filterwarnings("ignore", message="(vode|lsoda):")
+        solver = _integrator(guarded, y0, t[0], method, rtol, atol, max_steps, jacobian)
+        for i in range(1, len(t)):
+            ys[i] = solver.integrate(t[i])
+            if guarded.error is not None:
+                break
+            if not solver.successful():
+                code = solver.get_return_code()
+                reason = _ISTATE_MESSAGES.get(code, f"the solver returned istate = {code}")
+                failure = ODESolverError(reason.format(max_steps=max_steps), t=float(solver.t),
+                                         method=method)
+                break
     guarded.check(method)
-    if code is not None:
-        raise ODESolverError(code, t=t_reached, method=method)
-    if not np.all(np.isfinite(ys)):
-        raise ODESolverError("the solution became non-finite", t=float(t[-1]), method=method)
-    return ys, guarded.nfe, nst
-
-
-def _solve_vode(guarded, y0, t, method, rtol, atol, max_steps, jacobian):
-    options = dict(method="adams", with_jacobian=False)
-    if method == "bdf":
-        options = dict(method="bdf", with_jacobian=True)
-        if _stiff_options(method, y0.size, jacobian) == "diagonal":
-            options.update(lband=0, uband=0)
-    solver = ode(lambda tt, y: guarded(y, tt))
-    solver.set_integrator("vode", rtol=rtol, atol=atol, nsteps=max_steps, **options)
-    solver.set_initial_value(y0, t[0])
-    ys = np.empty((len(t), y0.size))
-    ys[0] = y0
-    for i in range(1, len(t)):
-        ys[i] = solver.integrate(t[i])
-        if guarded.error is not None:
-            return ys, None, None, None
-        if not solver.successful():
-            code = solver.get_return_code()
-            message = _ISTATE_MESSAGES.get(code, f"VODE returned istate = {code}")
-            return ys, None, message.format(max_steps=max_steps), float(solver.t)
-    return ys, int(solver._integrator.iwork[10]), None, None
-
-
-def _solve_lsoda(guarded, y0, t, rtol, atol, max_steps, jacobian):
-    bands = {}
-    if _stiff_options("lsoda", y0.size, jacobian) == "diagonal":
-        bands = dict(ml=0, mu=0)
-    ys, info = _lsoda(guarded, y0, t, rtol=rtol, atol=atol, mxstep=max_steps, full_output=True,
-                      **bands)
-    if guarded.error is not None:
-        return ys, None, None, None
-    if info["message"] != "Integration successful.":
-        reached = np.nonzero(info["tcur"])[0]
-        t_reached = float(info["tcur"][reached[-1]]) if reached.size else float(t[0])
-        message = info["message"]
-        if "Excess work" in message:
-            message = _ISTATE_MESSAGES[-1].format(max_steps=max_steps)
-        return ys, None, f"{message} (LSODA: {info['message']})", t_reached
-    return ys, int(info["nst"][-1]), None, None
+    if failure is not None:
+        raise failure
+    if not all_finite(ys):
+        first = int(np.nonzero(~np.isfinite(ys).all(axis=1))[0][0])
+        raise ODESolverError("the solution became non-finite", t=float(t[first]), method=method)
+    return ys, guarded.nfe, _steps_taken(solver)

@@ -21,24 +21,25 @@ from autograd.extend import defvjp_argnums, primitive
 from autograd.tracer import isbox
 
 from ._scipy import solve
-from .rk import TABLEAUX, embedded_rk
 from ._vjp import value_and_vjp
+from .errors import ODESolverError
+from .rk import TABLEAUX, embedded_rk
 
 
 @dataclasses.dataclass(frozen=True)
 class Options:
-    """How one solve is done; `backward` is how its adjoint solves are done (None: the same)."""
+    """How one solve is done (settings only); `backward` is how its adjoint solves are done
+    (None: the same)."""
 
     method: str
     rtol: float
     atol: float
     max_steps: int
     jacobian: str = None
-    counter: object = None
     backward: "Options" = None
     seminorm: bool = False
     controlled: int = None  # with seminorm: how many leading components the error control sees
-    step_hint: dict = None  # dopri5, bosh3: the step size carried from one interval to the next
+    adjoint: bool = False  # a backward solve of the adjoint method (counted and reported so)
 
     def tolerances(self, size):
         """Scalar tolerances, or per-component ones that drop all but the first `controlled`
@@ -50,14 +51,25 @@ class Options:
         return rtol, atol
 
     def for_adjoint(self, controlled):
-        back = self.backward or self
+        back = dataclasses.replace(self.backward or self, adjoint=True)
         return dataclasses.replace(back, backward=dataclasses.replace(back, seminorm=False),
-                                   controlled=controlled, step_hint={})
+                                   controlled=controlled)
+
+
+class StepCarry:
+    """The step size an adaptive Runge-Kutta adjoint carries from one output interval to the
+    next. One backward pass (one call of the VJP) makes a fresh one, so that every pass gives
+    the same result whatever ran before it."""
+
+    h = None
 
 
 @primitive
-def odeint_adjoint(y0, t, *args, func, opts):
-    """The states of dy/dt = func(y, t, *args) at every t: an array (len(t),) + y0.shape."""
+def odeint_adjoint(y0, t, *args, func, opts, stats=None, carry=None):
+    """The states of dy/dt = func(y, t, *args) at every t: an array (len(t),) + y0.shape.
+
+    stats: a SolverStats that receives the counts (into `backward` for an adjoint solve);
+    carry: the StepCarry of the backward pass this solve belongs to."""
     shape = np.shape(y0)
 
     def fun(y, tt):
@@ -67,21 +79,27 @@ def odeint_adjoint(y0, t, *args, func, opts):
                 "func returned a value that autograd is tracing: it closes over an array being "
                 "differentiated, which odeint cannot see and would silently give no gradient. "
                 "Pass every such array through args: odeint(func, y0, t, args=(theta, ...)).")
-        return np.ravel(f)  # may be float32 (gpu_dynamics' assembled derivative): widened below
+        return np.ravel(f)  # may be float32 (gpu_dynamics' assembled derivative): widened later
 
     rtol, atol = opts.tolerances(np.size(y0))
     y0_flat, t_values = np.ravel(y0).astype(float), np.asarray(t, dtype=float)
-    if opts.method in TABLEAUX:  # the project's own solvers: pure Python, re-entrant
-        with np.errstate(all="ignore"):
-            ys, nfe, steps = embedded_rk(opts.method,
-                                         lambda y, tt: fun(y, tt).astype(float, copy=False),
-                                         y0_flat, t_values, rtol, atol, opts.max_steps,
-                                         opts.step_hint)
-    else:  # scipy's solvers copy f into their own float64 arrays
-        ys, nfe, steps = solve(fun, y0_flat, t_values, opts.method, rtol, atol, opts.max_steps,
-                               opts.jacobian)
-    if opts.counter is not None:
-        opts.counter.add(nfe, steps)
+    try:
+        if opts.method in TABLEAUX:  # the project's own solvers: pure Python, re-entrant
+            with np.errstate(all="ignore"):
+                ys, nfe, steps, next_step = embedded_rk(
+                    opts.method, fun, y0_flat, t_values, rtol, atol, opts.max_steps,
+                    carry.h if carry is not None else None)
+            if carry is not None:
+                carry.h = next_step
+        else:  # scipy's solvers copy f into their own float64 arrays
+            ys, nfe, steps = solve(fun, y0_flat, t_values, opts.method, rtol, atol,
+                                   opts.max_steps, opts.jacobian)
+    except ODESolverError as e:
+        if opts.adjoint:
+            e.solve = "adjoint"
+        raise
+    if stats is not None:
+        (stats.backward if opts.adjoint else stats.forward).add(nfe, steps)
     ys = ys.reshape((len(t),) + shape)
     ys[0] = y0
     return ys
@@ -99,9 +117,10 @@ def _augmented_dynamics(func, shape, want_t, want_args):
         if assembled is not None:  # the whole derivative from func's own fused call
             ds = assembled(np.reshape(s[n:2 * n], shape), np.reshape(s[:n], shape), t, *args,
                            want_t=want_t, want_args=want_args)
-            if np.shape(ds) != np.shape(s):
-                raise ValueError(f"func.augmented_dynamics returned shape {np.shape(ds)}; the "
-                                 f"augmented state [z, a, a_args, a_t] has shape {np.shape(s)}")
+            if np.shape(ds) != np.shape(s) or not np.issubdtype(np.result_type(ds), np.floating):
+                raise ValueError(f"func.augmented_dynamics returned {np.result_type(ds)} of shape "
+                                 f"{np.shape(ds)}; the augmented state [z, a, a_args, a_t] is "
+                                 f"real, of shape {np.shape(s)}")
             return ds
         return _augmented_step(np, s, t, args, fused or value_and_vjp_fn)  # plain numpy: faster
 
@@ -124,7 +143,7 @@ def _augmented_dynamics(func, shape, want_t, want_args):
 
 
 def _odeint_vjp(argnums, ys, inputs, kwargs):
-    func, opts = kwargs["func"], kwargs["opts"]
+    func, opts, stats = kwargs["func"], kwargs["opts"], kwargs.get("stats")
     y0, t, args = inputs[0], inputs[1], inputs[2:]
     shape, n = anp.shape(y0), anp.size(y0)
     want_t = 1 in argnums
@@ -134,6 +153,7 @@ def _odeint_vjp(argnums, ys, inputs, kwargs):
     back_opts = opts.for_adjoint(controlled=2 * n)
 
     def vjp(g):
+        carry = StepCarry()
         a = anp.ravel(g[-1])
         a_theta = anp.zeros(sum(sizes))
         a_t = 0.0
@@ -145,7 +165,8 @@ def _odeint_vjp(argnums, ys, inputs, kwargs):
             s = anp.concatenate([anp.ravel(ys[i]), a]
                                 + ([a_theta] if want_args else [])
                                 + ([anp.reshape(a_t, (1,))] if want_t else []))
-            s = odeint_adjoint(s, anp.stack([t[i], t[i - 1]]), *args, func=aug, opts=back_opts)[1]
+            s = odeint_adjoint(s, anp.stack([t[i], t[i - 1]]), *args, func=aug, opts=back_opts,
+                               stats=stats, carry=carry)[1]
             a = s[n:2 * n] + anp.ravel(g[i - 1])
             if want_args:
                 a_theta = s[2 * n:2 * n + sum(sizes)]

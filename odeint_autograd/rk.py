@@ -9,9 +9,9 @@ import dataclasses
 
 import autograd.numpy as anp
 import numpy as np
-from autograd.tracer import getval
+from autograd.tracer import getval, isbox
 
-from ._scipy import ODESolverError, _all_finite
+from .errors import ODESolverError, all_finite
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,7 +68,9 @@ TABLEAUX = {
 
 
 class _Counted:
-    """The dynamics, counted and checked for non-finite values."""
+    """The dynamics, counted and checked for non-finite values. A plain array is copied (and
+    widened to float64): the stages are kept while later ones are evaluated, so a func that
+    returns one buffer it overwrites on every call must not alias them."""
 
     def __init__(self, fun, method):
         self.fun, self.method, self.nfe = fun, method, 0
@@ -76,21 +78,27 @@ class _Counted:
     def __call__(self, y, t):
         self.nfe += 1
         f = self.fun(y, t)
-        if not _all_finite(getval(f)):
+        f = f if isbox(f) else np.array(f, dtype=float)
+        if not all_finite(getval(f)):
             raise ODESolverError("the dynamics returned non-finite values; the solution may blow "
                                  "up before this time", t=float(getval(t)), method=self.method)
         return f
 
 
-def rk4(fun, y0, t, step_size=None):
-    """Classical RK4; each interval is cut into ceil(|dt| / step_size) equal steps (1 if None).
-
-    Returns (ys, nfe, steps)."""
+def rk4(fun, y0, t, step_size, max_steps):
+    """Classical RK4; each interval is cut into ceil(|dt| / step_size) equal steps (1 if None),
+    at most max_steps of them. Returns (ys, nfe, steps)."""
     f = _Counted(fun, "rk4")
     ys, y, steps = [y0], y0, 0
     for i in range(1, len(t)):
         span = t[i] - t[i - 1]
-        n = 1 if step_size is None else max(1, int(np.ceil(abs(getval(span)) / step_size - 1e-9)))
+        n = 1.0 if step_size is None else max(1.0, np.ceil(abs(getval(span)) / step_size - 1e-9))
+        if n > max_steps:
+            raise ODESolverError(f"too many steps: step_size={step_size} needs {n:.0f} steps "
+                                 f"between t = {float(getval(t[i - 1]))!r} and "
+                                 f"{float(getval(t[i]))!r}, more than max_steps={max_steps}",
+                                 t=float(getval(t[i - 1])), method="rk4")
+        n = int(n)
         h = span / n
         for j in range(n):
             tj = t[i - 1] + j * h
@@ -99,13 +107,23 @@ def rk4(fun, y0, t, step_size=None):
             k3 = f(y + h / 2 * k2, tj + h / 2)
             k4 = f(y + h * k3, tj + h)
             y = y + h / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+            if not all_finite(getval(y)):
+                raise ODESolverError("the solution became non-finite (overflow): it may blow up "
+                                     "here", t=float(getval(tj + h)), method="rk4")
         steps += n
         ys.append(y)
     return anp.stack(ys), f.nfe, steps
 
 
 def _rms(x):
-    return float(np.sqrt(np.mean(np.square(x)))) if np.size(x) else 0.0
+    """Root mean square; where the squares overflow, computed on x scaled by its largest entry."""
+    if not np.size(x):
+        return 0.0
+    rms = float(np.sqrt(np.mean(np.square(x))))
+    if rms == np.inf and all_finite(x):
+        largest = float(np.max(np.abs(x)))
+        rms = largest * float(np.sqrt(np.mean(np.square(x / largest))))
+    return rms
 
 
 def _initial_step(f, y0, f0, t0, direction, rtol, atol, error_order):
@@ -114,6 +132,8 @@ def _initial_step(f, y0, f0, t0, direction, rtol, atol, error_order):
     scale = atol + rtol * np.abs(y0v)
     d0, d1 = _rms(y0v / scale), _rms(f0v / scale)
     h0 = 1e-6 if d0 < 1e-5 or d1 < 1e-5 else 0.01 * d0 / d1
+    if not 0 < h0 < np.inf:  # the derivative overflows its error scale: no usable step
+        return 0.0
     f1 = getval(f(y0v + direction * h0 * f0v, getval(t0) + direction * h0))
     d2 = _rms((f1 - f0v) / scale) / h0
     h1 = (max(1e-6, h0 * 1e-3) if max(d1, d2) <= 1e-15
@@ -121,19 +141,20 @@ def _initial_step(f, y0, f0, t0, direction, rtol, atol, error_order):
     return min(100 * h0, h1)
 
 
-def embedded_rk(method, fun, y0, t, rtol, atol, max_steps, step_hint=None):
+def embedded_rk(method, fun, y0, t, rtol, atol, max_steps, first_step=None):
     """Adaptive solve with the pair TABLEAUX[method] and an RMS error norm; returns
-    (ys, nfe, steps).
+    (ys, nfe, steps, next_step).
 
-    step_hint: a dict; its "h" (when present) is the first step size tried, and the next step
-    size is left there, so that consecutive solves (the adjoint's intervals) carry it over."""
+    first_step: the first step size tried (None: chosen from the dynamics). next_step is the
+    step size the solve would take next, so that consecutive solves (the adjoint's intervals)
+    can carry it over. A step whose new state is not finite is rejected like an inaccurate one."""
     tab = TABLEAUX[method]
     exponent = -1.0 / (tab.error_order + 1)
     f = _Counted(fun, method)
     direction = 1.0 if getval(t[-1]) > getval(t[0]) else -1.0
     y, tc = y0, t[0]
-    if step_hint is not None and "h" in step_hint:
-        k1, h = None, step_hint["h"]
+    if first_step is not None:
+        k1, h = None, first_step
     else:
         k1 = f(y, tc)
         h = _initial_step(f, y, k1, tc, direction, rtol, atol, tab.error_order)
@@ -157,10 +178,13 @@ def embedded_rk(method, fun, y0, t, rtol, atol, max_steps, step_hint=None):
             for c, a in zip(tab.c, tab.a):
                 ks.append(f(y + step * sum(aj * kj for aj, kj in zip(a, ks) if aj), tc + c * step))
             y_new = y + step * sum(b * k for b, k in zip(tab.b, ks) if b)
-            k_last = f(y_new, tc + step) if tab.e[-1] else None  # next step's first stage
-            err = getval(step) * sum(e * getval(k) for e, k in zip(tab.e, ks + [k_last]) if e)
-            scale = atol + rtol * np.maximum(np.abs(getval(y)), np.abs(getval(y_new)))
-            err_norm = _rms(err / scale)
+            if all_finite(getval(y_new)):
+                k_last = f(y_new, tc + step) if tab.e[-1] else None  # next step's first stage
+                err = getval(step) * sum(e * getval(k) for e, k in zip(tab.e, ks + [k_last]) if e)
+                scale = atol + rtol * np.maximum(np.abs(getval(y)), np.abs(getval(y_new)))
+                err_norm = _rms(err / scale)
+            else:
+                err_norm = np.inf
             if err_norm <= 1.0:
                 y, tc, k1 = y_new, (t[i] if last else tc + step), k_last
                 interval_steps += 1
@@ -174,6 +198,4 @@ def embedded_rk(method, fun, y0, t, rtol, atol, max_steps, step_hint=None):
                 h = abs(getval(step)) * 0.2
         steps += interval_steps
         ys.append(y)
-    if step_hint is not None:
-        step_hint["h"] = h
-    return anp.stack(ys), f.nfe, steps
+    return anp.stack(ys), f.nfe, steps, h

@@ -8,7 +8,7 @@ import pytest
 from autograd import grad
 
 from odeint_autograd import METHODS, ODESolverError, odeint
-from odeint_autograd._scipy import _all_finite
+from odeint_autograd.errors import all_finite as _all_finite
 
 decay = lambda y, t: -y  # noqa: E731
 Y0 = np.array([1.0, 2.0])
@@ -76,6 +76,30 @@ def test_bad_initial_state(y0, match):
     (dict(method="dopri5", adjoint_seminorm=True), "adjoint_seminorm applies"),
     (dict(args=0.5), "args must be a tuple"),
     (dict(args=np.ones(3)), "args must be a tuple"),
+    (dict(max_steps=10 ** 20), "max_steps"),
+    (dict(max_steps=2 ** 31), "max_steps"),
+    (dict(method="dopri5", max_steps=10 ** 20), "max_steps"),
+    (dict(max_steps=True), "max_steps"),
+    (dict(max_steps=np.True_), "max_steps"),
+    (dict(max_steps="10"), "max_steps"),
+    (dict(checkpoints=True), "checkpoints"),
+    (dict(checkpoints=10 ** 20), "checkpoints"),
+    (dict(checkpoints=["a"]), "checkpoints"),
+    (dict(rtol="1e-3"), "rtol"),
+    (dict(method="dopri5", rtol="1e-3"), "rtol"),
+    (dict(method="bdf", atol=b"1e-3"), "atol"),
+    (dict(rtol=True), "rtol"),
+    (dict(adjoint_rtol="1e-3"), "adjoint_rtol"),
+    (dict(method="rk4", step_size=True), "step_size"),
+    (dict(method="rk4", step_size="0.1"), "step_size"),
+    (dict(stats=5), "stats must be a SolverStats"),
+    (dict(stats={}), "stats must be a SolverStats"),
+    (dict(adjoint_seminorm="yes"), "adjoint_seminorm"),
+    (dict(adjoint_seminorm=1), "adjoint_seminorm"),
+    (dict(method="dopri5", adjoint_seminorm="yes"), "adjoint_seminorm"),
+    (dict(method="lsoda", jacobian=5), "jacobian"),
+    (dict(method=["lsoda"]), "unknown method"),
+    (dict(adjoint_method=np.array(["adams"])), "unknown adjoint_method"),
 ])
 def test_bad_options(options, match):
     with pytest.raises(ValueError, match=match):
@@ -91,6 +115,22 @@ def test_func_must_be_callable():
 def test_func_returning_the_wrong_shape(method):
     with pytest.raises(ValueError, match=r"shape \(3,\).*y's shape \(2,\)"):
         odeint(lambda y, t: np.ones(3), Y0, [0.0, 1.0], method=method)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_complex_dynamics_are_an_error_not_a_dropped_imaginary_part(method):
+    with pytest.raises(ValueError, match="dtype complex128.*real"):
+        odeint(lambda y, t: -1j * y, Y0, [0.0, 1.0], method=method)
+    with pytest.raises(ValueError, match="real"):  # traced by autograd too
+        grad(lambda k: anp.sum(odeint(lambda y, t, k: -k * y * (1 + 1j), Y0, [0.0, 1.0], (k,),
+                                      method=method)))(0.5)
+
+
+def test_good_option_types_are_accepted():
+    """What the checks must not refuse: numpy scalars, ints, tolerances of 0 beside a non-zero."""
+    ys = odeint(decay, Y0, np.array([0, 1]), rtol=0, atol=np.float32(1e-7), max_steps=np.int64(500),
+                adjoint_seminorm=np.bool_(True), checkpoints=np.int32(2))
+    np.testing.assert_allclose(ys[-1], Y0 * np.exp(-1), rtol=1e-5)
 
 
 @pytest.mark.parametrize("method", METHODS)

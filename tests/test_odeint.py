@@ -261,6 +261,13 @@ def test_stats_accumulate_and_default_tolerances_are_scipys():
     t = np.linspace(0, 10, 11)
     np.testing.assert_allclose(odeint(f, [1.0, 0.0], t), scipy_odeint(f, [1.0, 0.0], t),
                                rtol=1e-12, atol=1e-12)
+    once, twice = SolverStats(), SolverStats()
+    odeint(f, [1.0, 0.0], t, stats=once)
+    for _ in range(2):
+        odeint(f, [1.0, 0.0], t, stats=twice)
+    assert once.forward.nfe > 0 and once.forward.solves == 1
+    assert (twice.forward.nfe, twice.forward.steps, twice.forward.solves) == (
+        2 * once.forward.nfe, 2 * once.forward.steps, 2)
 
 
 def test_seminorm_keeps_mlp_gradients_accurate():
@@ -459,8 +466,8 @@ def test_runge_kutta_pairs_have_their_order(method, order):
     from odeint_autograd.rk import TABLEAUX, embedded_rk
     errors = []
     for h in (0.1, 0.05):
-        ys, nfe, steps = embedded_rk(method, lambda y, t: y, np.ones(1), np.array([0.0, h]),
-                                     1e6, 1e6, 10, step_hint={"h": h})
+        ys, nfe, steps, _ = embedded_rk(method, lambda y, t: y, np.ones(1), np.array([0.0, h]),
+                                        1e6, 1e6, 10, first_step=h)
         assert steps == 1
         # the stages, and f(y_new) only for a pair whose error estimate weighs it (FSAL)
         assert nfe == len(TABLEAUX[method].b) + (TABLEAUX[method].e[-1] != 0)

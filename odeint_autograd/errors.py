@@ -1,0 +1,27 @@
+"""The error a failed solve raises, shared by every solver in the package."""
+import numpy as np
+
+
+class ODESolverError(RuntimeError):
+    """A solve failed. `t` is the time the solver reached (None when it did not start),
+    `method` the solver that failed and `solve` which solve it was: 'forward', or 'adjoint' for
+    the backward solves of a gradient."""
+
+    def __init__(self, reason, t=None, method=None, solve="forward"):
+        super().__init__(reason)
+        self.reason, self.t, self.method, self.solve = reason, t, method, solve
+
+    def __str__(self):
+        solver = f" ({self.method})" if self.method else ""
+        which = (" in the adjoint (backward) solve, after the forward solve succeeded"
+                 if self.solve == "adjoint" else "")
+        where = "" if self.t is None else f" at t = {self.t!r}"
+        return f"odeint{solver} failed{which}{where}: {self.reason}"
+
+
+def all_finite(f):
+    """Whether a float array holds no nan or inf: its sum is nan or inf if any entry is (or if it
+    overflows, when the entry-wise check decides). One pass and no boolean array, and no BLAS:
+    a BLAS dot would wake numpy's OpenBLAS threads, whose spinning after the call takes a core
+    from the dynamics' own threads."""
+    return bool(np.isfinite(np.sum(f)) or np.isfinite(f).all())

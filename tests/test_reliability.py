@@ -1,0 +1,312 @@
+"""A correct array or an error, never a wrong number: the solvers under extreme values, aliased
+outputs, the installed scipy, failures in the backward solve, and results independent of what ran
+before (issues 16 and 17)."""
+import inspect
+import warnings
+
+import autograd.numpy as anp
+import numpy as np
+import pytest
+from autograd import grad, jacobian, make_vjp
+from scipy.linalg import expm
+
+import odeint_autograd
+from odeint_autograd import (ADJOINT_METHODS, DEFAULT_TOL, METHODS, ODESolverError, SolverStats,
+                             odeint)
+from odeint_autograd import _scipy, rk
+
+RK_PAIRS = ("dopri5", "bosh3", "rkf23")
+A = np.array([[-0.1, 2.0], [-2.0, -0.1]])
+Y0 = np.array([2.0, 0.5])
+
+
+@pytest.fixture(autouse=True)
+def no_warnings():
+    """Everything here must raise or succeed, not warn."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        yield
+
+
+def rk4_steps(method):
+    return dict(step_size=1e-3) if method == "rk4" else {}
+
+
+# --- scipy's solvers: accurate on the installed scipy, or refused -------------------------------
+
+@pytest.mark.parametrize("method", ["lsoda", "bdf"])
+def test_stiff_long_decay_is_accurate(method):
+    """Where scipy 1.17.1's BDF answers 2.569 for e^-1e6 (the non-stiff 'adams' runs out of
+    steps here, an error)."""
+    ys = odeint(lambda y, t: -y, np.array([1.0]), np.linspace(0, 1e6, 11), method=method)
+    assert abs(ys[-1, 0]) < 1e-6
+
+
+@pytest.mark.parametrize("method", ["lsoda", "bdf"])
+def test_stiff_linear_problem_is_accurate(method):
+    """Where scipy 1.17.1's BDF answers 6.36e-5 for e^-10 = 4.54e-5."""
+    D = np.diag([-1000.0, -0.1])
+    t = np.linspace(0, 100, 5)
+    ys = odeint(lambda y, t: D @ y, np.ones(2), t, method=method, rtol=1e-8, atol=1e-12)
+    np.testing.assert_allclose(ys, np.exp(np.outer(t, np.diag(D))), rtol=1e-5, atol=1e-10)
+
+
+def test_bdf_gradient_of_a_stiff_problem_is_accurate():
+    """The adjoint's backward solves through BDF too: d y1(T) / d k for y' = -diag(1000, k) y."""
+    def loss(k):
+        return odeint(lambda y, t, k: -anp.array([1000.0, k]) * y, np.ones(2), [0.0, 10.0], (k,),
+                      method="bdf", rtol=1e-9, atol=1e-12)[-1, 1]
+
+    np.testing.assert_allclose(grad(loss)(0.3), -10 * np.exp(-3.0), rtol=1e-5)
+
+
+@pytest.fixture
+def scipy_1_17(monkeypatch):
+    monkeypatch.setattr(_scipy, "SCIPY_VERSION", (1, 17))
+
+
+@pytest.mark.parametrize("options", [dict(method="bdf"), dict(method="lsoda"),
+                                     dict(method="adams", adjoint_method="bdf"),
+                                     dict(method="adams", adjoint_method="lsoda")])
+def test_methods_broken_on_scipy_1_17_are_refused_before_any_work(scipy_1_17, options):
+    calls = []
+
+    def f(y, t):
+        calls.append(t)
+        return -y
+
+    with pytest.raises(ODESolverError, match=r"refused.*wrong answers.*scipy>=1\.16,<1\.17"):
+        odeint(f, Y0, [0.0, 1.0], **options)
+    assert calls == []  # not even the forward solve ran
+
+
+def test_methods_broken_on_scipy_1_17_are_refused_on_every_path(scipy_1_17):
+    """The check sits where every scipy solve starts (forward, backward, checkpoints)."""
+    with pytest.raises(ODESolverError, match="refused"):
+        _scipy.solve(lambda y, t: -y, np.ones(2), np.array([0.0, 1.0]), "bdf", 1e-6, 1e-6, 100)
+    ys = odeint(lambda y, t: -y, Y0, [0.0, 1.0], method="adams", adjoint_method="dopri5",
+                rtol=1e-9, atol=1e-9)  # what works on 1.17 still runs
+    np.testing.assert_allclose(ys[-1], Y0 * np.exp(-1), rtol=1e-7)
+
+
+# --- Runge-Kutta methods: max_steps, huge values, overflow, aliased outputs ---------------------
+
+@pytest.mark.parametrize("step_size, max_steps", [(1e-9, 10), (1e-300, 10_000), (0.1, 4)])
+def test_rk4_respects_max_steps(step_size, max_steps):
+    with pytest.raises(ODESolverError, match=f"max_steps={max_steps}") as info:
+        odeint(lambda y, t: -y, np.ones(2), np.linspace(0, 1, 3), method="rk4",
+               step_size=step_size, max_steps=max_steps)
+    assert info.value.t == 0.0
+    # exactly max_steps steps per interval is allowed
+    ys = odeint(lambda y, t: -y, np.ones(2), np.linspace(0, 1, 3), method="rk4", step_size=0.05,
+                max_steps=10)
+    np.testing.assert_allclose(ys[-1], np.exp(-1), rtol=1e-6)
+
+
+@pytest.mark.parametrize("method", RK_PAIRS)
+def test_runge_kutta_pairs_handle_huge_derivatives(method):
+    """y' = 1e160: the starting step's norms overflowed when squared (ZeroDivisionError)."""
+    ys = odeint(lambda y, t: 1e160 + 0 * y, np.array([1.0, -1.0]), [0.0, 0.5, 1.0],
+                method=method)
+    np.testing.assert_allclose(ys[:, 0], [1.0, 0.5e160, 1e160], rtol=1e-6)
+    # and as the adjoint solver, with an adjoint state of 1e160
+    g = grad(lambda y0: 1e160 * anp.sum(odeint(lambda y, t: -0.5 * y, y0, [0.0, 1.0],
+                                               adjoint_method=method)[-1]))(Y0)
+    np.testing.assert_allclose(g, 1e160 * np.exp(-0.5), rtol=1e-6)
+
+
+def test_rms_does_not_overflow():
+    with np.errstate(all="ignore"):  # as inside the solves
+        np.testing.assert_allclose(rk._rms(np.array([3e200, 4e200])), np.sqrt(12.5) * 1e200)
+        assert rk._rms(np.array([1.0, np.inf])) == np.inf
+        assert rk._rms(np.array([3.0, 4.0])) == np.sqrt(12.5)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_overflowing_solutions_are_errors_not_inf(method):
+    """y = 1e308 (1 + t) overflows at t = 0.797 (the Runge-Kutta methods returned inf)."""
+    rk4_options = dict(step_size=0.1) if method == "rk4" else {}
+    with pytest.raises(ODESolverError) as info:
+        odeint(lambda y, t: 1e308 + 0 * y, np.array([1e308]), [0.0, 10.0], method=method,
+               **rk4_options)
+    assert 0.0 <= info.value.t <= 10.0
+    # y = 1e300 e^t overflows at t = 19.007, with moderate derivatives up to there
+    with pytest.raises(ODESolverError) as info:
+        odeint(lambda y, t: y, np.array([1e300]), [0.0, 10.0, 100.0], method=method,
+               **rk4_options)
+    assert 10.0 <= info.value.t <= 19.1
+
+
+def test_rk4_step_that_overflows_is_an_error():
+    """Finite stages whose combination overflows: rk4 returned inf at t = 100."""
+    with pytest.raises(ODESolverError, match="non-finite") as info:
+        odeint(lambda y, t: y, np.array([1e300]), [0.0, 10.0, 100.0], method="rk4")
+    assert info.value.t == 100.0
+
+
+def buffer_reusing(matrix):
+    """dy/dt = matrix @ y, returned in one buffer that every call overwrites."""
+    out = np.empty(len(matrix))
+
+    def f(y, t):
+        out[:] = matrix @ y
+        return out
+
+    return f
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_func_returning_one_reused_buffer_gives_the_right_answer(method):
+    t = np.linspace(0, 3, 4)
+    ys = odeint(buffer_reusing(A), Y0, t, method=method, rtol=1e-9, atol=1e-9,
+                **(dict(step_size=1e-2) if method == "rk4" else {}))
+    exact = np.array([expm(A * ti) @ Y0 for ti in t])
+    np.testing.assert_allclose(ys, exact, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("adjoint_method", ("adams",) + RK_PAIRS)
+def test_augmented_dynamics_returning_one_reused_buffer_gives_the_right_gradient(adjoint_method):
+    """The fused backward protocol may reuse its output buffer too (y' = -k y, L = sum y(T))."""
+    buffers = {}
+
+    def f(y, t, k):
+        return -k * y
+
+    def augmented_dynamics(a, y, t, k, want_t, want_args):
+        parts = [-k * y, k * a] + [np.array([np.sum(a * y)])] * want_args + [np.zeros(1)] * want_t
+        out = buffers.setdefault((want_t, want_args), np.empty(sum(p.size for p in parts)))
+        out[:] = np.concatenate(parts)
+        return out
+
+    f.augmented_dynamics = augmented_dynamics
+    T, k = 2.0, 0.7
+    loss = lambda y0, k: anp.sum(odeint(f, y0, [0.0, 1.0, T], (k,), method="adams",  # noqa: E731
+                                        adjoint_method=adjoint_method, rtol=1e-10,
+                                        atol=1e-10)[-1])
+    g_y0, g_k = grad(loss, (0, 1))(Y0, k)
+    np.testing.assert_allclose(g_y0, np.exp(-k * T), rtol=1e-6)
+    np.testing.assert_allclose(g_k, -T * np.sum(Y0) * np.exp(-k * T), rtol=1e-6)
+
+
+# --- the time reported by a failure -------------------------------------------------------------
+
+@pytest.mark.parametrize("method", ADJOINT_METHODS)
+def test_a_failure_at_the_start_reports_the_start_time(method):
+    """atol = 0 with a zero component: the solver refuses at t[0]. LSODA's info['tcur'] is
+    uninitialised memory then (it reported -0.677, 4.7e-310, ... on identical calls)."""
+    times = set()
+    for _ in range(3):
+        with pytest.raises(ODESolverError) as info:
+            odeint(lambda y, t: -y, np.array([1.0, 0.0]), np.linspace(0, 1, 3), atol=0,
+                   rtol=1e-6, method=method)
+        times.add(info.value.t)
+    assert times == {0.0}
+
+
+@pytest.mark.parametrize("method", ADJOINT_METHODS)
+def test_a_failure_in_a_later_interval_reports_a_time_in_it(method):
+    """y' = y^2, y(0) = 1 blows up at t = 1, in the third of the output intervals."""
+    for _ in range(3):
+        with pytest.raises(ODESolverError) as info:
+            odeint(lambda y, t: y ** 2, np.array([1.0]), [0.0, 0.5, 0.8, 2.0, 3.0], method=method)
+        assert 0.8 <= info.value.t < 1.01
+
+
+# --- failures in the backward (adjoint) solve ---------------------------------------------------
+
+def mlp_loss(method, **options):
+    W = np.random.RandomState(0).randn(3, 3)
+
+    def f(y, t, W):
+        return anp.tanh(anp.dot(W, y))
+
+    return lambda W: anp.sum(odeint(f, np.ones(3), [0.0, 0.5, 1.0], (W,), method=method,
+                                    **options)), W
+
+
+@pytest.mark.parametrize("method, adjoint_method", [(m, None) for m in ADJOINT_METHODS]
+                         + [("adams", m) for m in RK_PAIRS])
+def test_a_failed_adjoint_solve_says_so_with_its_time(method, adjoint_method):
+    loss, W = mlp_loss(method, adjoint_method=adjoint_method, adjoint_rtol=1e-300,
+                       adjoint_atol=1e-300, max_steps=500)
+    loss(W)  # the forward solve succeeds
+    with pytest.raises(ODESolverError, match="adjoint .backward. solve") as info:
+        grad(loss)(W)
+    assert info.value.solve == "adjoint" and 0.0 <= info.value.t <= 1.0
+
+
+@pytest.mark.parametrize("adjoint_method", ("lsoda",) + RK_PAIRS)
+def test_non_finite_adjoint_dynamics_are_an_adjoint_error(adjoint_method):
+    def f(y, t):
+        return -y
+
+    f.value_and_vjp = lambda g, y, t: (-y, np.full_like(y, np.nan), 0.0, ())
+    loss = lambda y0: anp.sum(odeint(f, y0, [0.0, 1.0], adjoint_method=adjoint_method))  # noqa
+    with pytest.raises(ODESolverError, match="adjoint .backward. solve.*non-finite") as info:
+        grad(loss)(Y0)
+    assert info.value.solve == "adjoint" and info.value.t == 1.0
+
+
+def test_a_failed_forward_solve_is_labelled_forward():
+    with pytest.raises(ODESolverError) as info:
+        odeint(lambda y, t: y ** 2, np.array([1.0]), [0.0, 2.0])
+    assert info.value.solve == "forward" and "adjoint" not in str(info.value)
+
+
+# --- traced values in lists ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("method", METHODS)
+def test_times_and_state_given_as_lists_of_traced_values(method):
+    options = dict(rtol=1e-10, atol=1e-10) if method != "rk4" else dict(step_size=1e-3)
+
+    def loss(T, a):
+        return anp.sum(odeint(lambda y, t: -y, [a, 2.0], [0.0, T], method=method,
+                              **options)[-1])
+
+    g_T, g_a = grad(loss, (0, 1))(1.0, 1.0)
+    np.testing.assert_allclose(g_T, -3 * np.exp(-1.0), rtol=1e-7)
+    np.testing.assert_allclose(g_a, np.exp(-1.0), rtol=1e-7)
+    as_array = grad(lambda T: anp.sum(odeint(lambda y, t: -y, np.array([1.0, 2.0]),
+                                             anp.array([0.0, T]), method=method, **options)[-1]))
+    assert grad(lambda T: loss(T, 1.0))(1.0) == as_array(1.0)
+
+
+def test_func_returning_a_list_of_traced_values():
+    f = lambda y, t, k: [-k * y[0], -2 * k * y[1]]  # noqa: E731
+    g = grad(lambda k: odeint(f, np.ones(2), [0.0, 1.0], (k,), method="dopri5", rtol=1e-10,
+                              atol=1e-10)[-1, 1])(0.5)
+    np.testing.assert_allclose(g, -2 * np.exp(-1.0), rtol=1e-7)
+
+
+# --- per-call state: results never depend on what ran before ------------------------------------
+
+@pytest.mark.parametrize("adjoint_method", RK_PAIRS + ("adams",))
+def test_a_jacobian_row_equals_an_independent_gradient(adjoint_method):
+    """One VJP used for every row of a jacobian; the step a Runge-Kutta adjoint carries over the
+    intervals must not leak from one row's backward pass into the next (it gave 1.5e-8 off)."""
+    W = np.random.RandomState(1).randn(3, 3)
+
+    def f(y, t, W):
+        return anp.tanh(anp.dot(W, y))
+
+    def outputs(W):
+        return odeint(f, np.ones(3), np.linspace(0, 1, 5), (W,), method="lsoda",
+                      adjoint_method=adjoint_method, rtol=1e-4, atol=1e-4)[-1]
+
+    J = jacobian(outputs)(W)
+    for k in range(3):
+        np.testing.assert_array_equal(J[k], grad(lambda W: outputs(W)[k])(W))
+    vjp, _ = make_vjp(outputs)(W)
+    g = np.array([1.0, -2.0, 0.5])
+    np.testing.assert_array_equal(vjp(g), vjp(g))
+
+
+# --- the package's shape ------------------------------------------------------------------------
+
+def test_errors_have_their_own_module():
+    assert odeint_autograd.ODESolverError is odeint_autograd.errors.ODESolverError
+    assert issubclass(ODESolverError, RuntimeError)
+    assert "_scipy" not in inspect.getsource(rk)  # the Runge-Kutta solvers need no scipy
+    assert DEFAULT_TOL == inspect.signature(odeint).parameters["rtol"].default
+    assert inspect.signature(odeint).parameters["atol"].default == DEFAULT_TOL
+
