@@ -11,8 +11,7 @@ from autograd import grad, jacobian, make_vjp
 from scipy.linalg import expm
 
 import odeint_autograd
-from odeint_autograd import (ADJOINT_METHODS, DEFAULT_TOL, METHODS, ODESolverError, SolverStats,
-                             odeint)
+from odeint_autograd import ADJOINT_METHODS, DEFAULT_TOL, METHODS, ODESolverError, odeint
 from odeint_autograd import _scipy, rk
 
 RK_PAIRS = ("dopri5", "bosh3", "rkf23")
