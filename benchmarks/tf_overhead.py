@@ -6,25 +6,28 @@ gradient of a scalar loss with respect to the initial state and the parameters),
 phase's wall time is split into
 
     tf     inside TensorFlow's compiled functions (`CallStats.tf_seconds` of the primitive)
-    scipy  scipy's own work: the time of each solve minus the time spent in its callback
+    scipy  scipy's own work: the time cProfile finds inside scipy.integrate's own code (its
+           Fortran solvers included), not in the Python callbacks it makes
     glue   everything else: odeint's and autograd's Python, the augmented state, and
-           gpu_dynamics' own share (`CallStats.call_seconds - tf_seconds`: copies, checks)
+           gpu_dynamics' own share (`CallStats.call_seconds - tf_seconds`: copies, checks);
+           each phase runs under cProfile, whose own cost per Python call lands here
 
-Also measured: one fused value+VJP call and one assembled augmented-dynamics call on their own,
-back to back (right after each backward solve, as the machine's load drifts); the fused call
-again after 20 ms of other work each time (TensorFlow's threads idle in between, as in the
-solve); and scipy's time per step on states of the same sizes with dynamics that cost nothing.
-The callback and solve timers wrap odeint_autograd's internals for this measurement only.
-Results: a table, and JSON (--out) with the command, date, machine and load average.
+Also measured: one fused value+VJP call on its own, back to back (right after each backward
+solve, as the machine's load drifts), and again after 20 ms of other work each time
+(TensorFlow's threads idle in between, as in the solve); and scipy's time per step on states of
+the same sizes with dynamics that cost nothing. Results: a table, and JSON (--out) with the
+command, date, machine and load average.
 
     python benchmarks/tf_overhead.py [--repeats 5] [--xla] [--blas-threads 1]
-                                     [--protocol value_and_vjp] [--scipy-blas-unlimited]
+                                     [--scipy-blas-unlimited]
 """
 import argparse
 import contextlib
+import cProfile
 import datetime
 import json
 import os
+import pstats
 import shlex
 import sys
 import time
@@ -39,63 +42,43 @@ if "--blas-threads" in sys.argv[:-1]:  # OpenBLAS reads it once, when numpy/scip
 import autograd  # noqa: E402
 import autograd.numpy as anp  # noqa: E402
 import numpy as np  # noqa: E402
+import scipy.integrate  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from gpu_dynamics import layers, tf_primitive  # noqa: E402
-from odeint_autograd import SolverStats, _scipy, adjoint, odeint  # noqa: E402
+from odeint_autograd import SolverStats, _scipy, odeint  # noqa: E402
 from reproduce.common import machine  # noqa: E402
 
 
-class Timers:
-    """Seconds inside scipy solves and inside their callbacks (the dynamics as scipy calls it)."""
-
-    def __init__(self):
-        self.solve = self.callback = 0.0
-        self.callbacks = 0
-
-    @contextlib.contextmanager
-    def installed(self):
-        solve, call = adjoint.solve, _scipy._Guarded.__call__
-        timers = self
-
-        def timed_solve(*args, **kwargs):
-            start = time.perf_counter()
-            try:
-                return solve(*args, **kwargs)
-            finally:
-                timers.solve += time.perf_counter() - start
-
-        def timed_call(guarded, y, t):
-            start = time.perf_counter()
-            try:
-                return call(guarded, y, t)
-            finally:
-                timers.callback += time.perf_counter() - start
-                timers.callbacks += 1
-
-        adjoint.solve, _scipy._Guarded.__call__ = timed_solve, timed_call
-        try:
-            yield self
-        finally:
-            adjoint.solve, _scipy._Guarded.__call__ = solve, call
+SCIPY_INTEGRATE = os.path.dirname(scipy.integrate.__file__) + os.sep
 
 
-def phase(f, timers, stats, run):
+def scipy_seconds(profile):
+    """Seconds a cProfile spent in scipy.integrate's own code (its callbacks excluded)."""
+    return sum(row[2] for (path, _, _), row in pstats.Stats(profile).stats.items()
+               if path.startswith(SCIPY_INTEGRATE))
+
+
+def profiled(run):
+    """run()'s result, its wall seconds and scipy's own seconds in it."""
+    profile = cProfile.Profile()
+    start = time.perf_counter()
+    result = profile.runcall(run)
+    return result, time.perf_counter() - start, scipy_seconds(profile)
+
+
+def phase(f, stats, run):
     """Run `run()`, returning its result and the split of its wall time."""
     f.stats.reset()
-    timers.__init__()
     nfe_before = (stats.forward.nfe, stats.backward.nfe)
-    start = time.perf_counter()
-    result = run()
-    wall = time.perf_counter() - start
-    scipy_s = timers.solve - timers.callback
+    result, wall, scipy_s = profiled(run)
+    nfe = (stats.forward.nfe - nfe_before[0]) + (stats.backward.nfe - nfe_before[1])
     split = {"wall_s": wall, "tf_s": f.stats.tf_seconds, "scipy_s": scipy_s,
              "glue_s": wall - f.stats.tf_seconds - scipy_s,
              "wrapper_s": f.stats.call_seconds - f.stats.tf_seconds,  # gpu_dynamics' share
              "uploads": f.stats.uploads,
-             "callback_s": timers.callback, "callbacks": timers.callbacks,
              "tf_value_calls": f.stats.value_calls, "tf_vjp_calls": f.stats.vjp_calls,
-             "nfe": (stats.forward.nfe - nfe_before[0]) + (stats.backward.nfe - nfe_before[1])}
+             "nfe": nfe}
     return result, split
 
 
@@ -114,11 +97,6 @@ def main(argv=None):
     parser.add_argument("--tol", type=float, default=1e-3)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--xla", action="store_true", help="tf_primitive(jit_compile=True)")
-    parser.add_argument("--protocol", choices=("augmented_dynamics", "value_and_vjp"),
-                        default="augmented_dynamics",
-                        help="the fused call the backward solve gets: the assembled augmented "
-                             "dynamics (default), or value_and_vjp alone (odeint then negates "
-                             "and concatenates the parts in numpy)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--blas-threads", type=int, default=None,
                         help="OpenBLAS threads, which scipy's VODE uses for its vector updates "
@@ -146,65 +124,47 @@ def measure(args, argv):
     t = np.array([0.0, 1.0])
     stats = SolverStats()
 
-    func = f
-    if args.protocol == "value_and_vjp":
-        def func(y, tt, *p):
-            return f(y, tt, *p)
-        func.value_and_vjp = f.value_and_vjp
-
     def loss(y0, params):
-        ys = odeint(func, y0, t, args=params, rtol=args.tol, atol=args.tol, method="adams",
+        ys = odeint(f, y0, t, args=params, rtol=args.tol, atol=args.tol, method="adams",
                     stats=stats)
         return anp.sum(ys[-1] * weights)
 
     load_before = os.getloadavg()
-    timers = Timers()
     runs, fused_calls = [], []
     g = -rng.randn(*y0.shape) / y0.size  # a cotangent of the adjoint's size
-    with timers.installed():
-        for repeat in range(args.repeats + 1):  # the first traces and warms up: not reported
-            stats.reset()
-            (vjp, _), fwd = phase(f, timers, stats, lambda: autograd.make_vjp(loss, (0, 1))(
-                y0, params))
-            _, bwd = phase(f, timers, stats, lambda: vjp(1.0))
-            fwd["steps"], bwd["steps"] = stats.forward.steps, stats.backward.steps
-            # right after the backward solve (the machine's load drifts), back to back: one
-            # fused TensorFlow value+VJP call on its own (the augmented-evaluation target's
-            # measure) and one call of the assembled augmented dynamics (what the backward solve
-            # calls: the same plus the negation and concatenation); then the fused call after
-            # 20 ms of other work on this thread each time, as scipy's steps come between the
-            # solve's calls (the rest of the gap)
-            calls = {}
-            for name, call, pause in (("value_and_vjp", f.value_and_vjp, 0.0),
-                                      ("augmented_dynamics", f.augmented_dynamics, 0.0),
-                                      ("value_and_vjp_after_work", f.value_and_vjp, 0.02)):
-                f.stats.reset()
-                for _ in range(5):
-                    busy(pause)
-                    call(g, y0, 0.5, *params)
-                calls[name] = f.stats.tf_seconds / f.stats.vjp_calls
-            if repeat:
-                runs.append({"forward": fwd, "backward": bwd})
-                fused_calls.append(calls)
-    fused_call_s = float(np.median([c["value_and_vjp"] for c in fused_calls]))
-    assembled_call_s = float(np.median([c["augmented_dynamics"] for c in fused_calls]))
-    after_work_s = float(np.median([c["value_and_vjp_after_work"] for c in fused_calls]))
+    for repeat in range(args.repeats + 1):  # the first traces and warms up: not reported
+        stats.reset()
+        (vjp, _), fwd = phase(f, stats, lambda: autograd.make_vjp(loss, (0, 1))(y0, params))
+        _, bwd = phase(f, stats, lambda: vjp(1.0))
+        fwd["steps"], bwd["steps"] = stats.forward.steps, stats.backward.steps
+        # right after the backward solve (the machine's load drifts): the fused TensorFlow
+        # value+VJP call on its own, back to back (the backward evaluation's target measure),
+        # then after 20 ms of other work on this thread each time, as scipy's steps come
+        # between the solve's calls
+        calls = {}
+        for name, pause in (("back_to_back", 0.0), ("after_work", 0.02)):
+            f.stats.reset()
+            for _ in range(5):
+                busy(pause)
+                f.value_and_vjp(g, y0, 0.5, *params)
+            calls[name] = f.stats.tf_seconds / f.stats.vjp_calls
+        if repeat:
+            runs.append({"forward": fwd, "backward": bwd})
+            fused_calls.append(calls)
+    fused_call_s = float(np.median([c["back_to_back"] for c in fused_calls]))
+    after_work_s = float(np.median([c["after_work"] for c in fused_calls]))
 
     # scipy alone: the same solver on states of the forward's and the backward's size, with
     # dynamics that cost next to nothing, for scipy's own time per step without TensorFlow
     scipy_alone = {}
     n_aug = 2 * y0.size + layers.n_params(list(params))
     for name, size in (("forward_state", y0.size), ("backward_state", n_aug)):
-        timers.__init__()
         alone = SolverStats()
-        with timers.installed():
-            start = time.perf_counter()
-            odeint(lambda y, tt: -y, rng.randn(size), np.array([0.0, 20.0]), rtol=args.tol,
-                   atol=args.tol, method="adams", stats=alone)
-            wall = time.perf_counter() - start
+        _, wall, scipy_s = profiled(lambda: odeint(
+            lambda y, tt: -y, rng.randn(size), np.array([0.0, 20.0]), rtol=args.tol,
+            atol=args.tol, method="adams", stats=alone))
         scipy_alone[name] = {"size": int(size), "steps": alone.forward.steps,
-                             "scipy_ms_per_step": 1e3 * (timers.solve - timers.callback)
-                             / alone.forward.steps,
+                             "scipy_ms_per_step": 1e3 * scipy_s / alone.forward.steps,
                              "wall_ms_per_step": 1e3 * wall / alone.forward.steps}
 
     summary = {}
@@ -222,12 +182,12 @@ def measure(args, argv):
             "nfe": total["nfe"] / n, "steps": total["steps"] / n,
             "tf_calls": (total["tf_value_calls"] + total["tf_vjp_calls"]) / n,
             "scipy_ms_per_step": 1e3 * total["scipy_s"] / total["steps"],
-            "evaluation_ms": 1e3 * total["callback_s"] / total["callbacks"],
+            # per dynamics evaluation, everything but scipy's own time
+            "evaluation_ms": 1e3 * (total["wall_s"] - total["scipy_s"]) / total["nfe"],
             "tf_ms_per_call": 1e3 * total["tf_s"] / (total["tf_value_calls"]
                                                      + total["tf_vjp_calls"]),
         }
     augmented_ratio = summary["backward"]["evaluation_ms"] / (1e3 * fused_call_s)
-    assembled_ratio = summary["backward"]["evaluation_ms"] / (1e3 * assembled_call_s)
     in_solve_ratio = summary["backward"]["evaluation_ms"] / summary["backward"]["tf_ms_per_call"]
     results = {
         "command": "python " + " ".join(shlex.quote(a) for a in [os.path.relpath(
@@ -238,7 +198,6 @@ def measure(args, argv):
         "settings": {"batch": args.batch, "channels": args.channels, "size": args.size,
                      "state_size": int(y0.size), "params": layers.n_params(list(params)),
                      "method": "adams", "rtol": args.tol, "atol": args.tol, "t": [0.0, 1.0],
-                     "protocol": args.protocol,
                      "dtype": f.dtype.name, "jit_compile": args.xla, "repeats": args.repeats,
                      "seed": args.seed,
                      "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS") or "default",
@@ -246,10 +205,8 @@ def measure(args, argv):
                      "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads()},
         "forward": summary["forward"], "backward": summary["backward"],
         "fused_value_vjp_call_ms": 1e3 * fused_call_s,
-        "augmented_dynamics_call_ms": 1e3 * assembled_call_s,
         "fused_call_after_work_ms": 1e3 * after_work_s,
         "backward_evaluation_over_fused_call": augmented_ratio,
-        "backward_evaluation_over_augmented_call": assembled_ratio,
         "backward_evaluation_over_its_tf_call": in_solve_ratio,
         "targets": {"glue_share_max": 0.10, "backward_evaluation_over_fused_call_max": 1.1},
         "scipy_alone": scipy_alone,
@@ -268,8 +225,7 @@ def print_table(r):
     s = r["settings"]
     print(f"MNIST ODE block: batch {s['batch']}, {s['size']}x{s['size']}x{s['channels']} "
           f"(state {s['state_size']:,}), adams rtol=atol={s['rtol']:g}, {s['dtype']} on "
-          f"{r['device']}, XLA {s['jit_compile']}, BLAS threads {s['blas_threads']}, backward "
-          f"through {s['protocol']}; mean of "
+          f"{r['device']}, XLA {s['jit_compile']}, BLAS threads {s['blas_threads']}; mean of "
           f"{s['repeats']} runs")
     print(f"{'phase':9s} {'wall s':>6s} {'TF':>12s} {'scipy':>12s} {'glue':>12s} "
           f"{'(gpu_dyn.)':>12s} {'NFE':>4s} {'steps':>5s} {'eval ms':>7s} {'TF ms':>6s} "
@@ -281,12 +237,10 @@ def print_table(r):
               f"{cell('glue'):>12s} {cell('wrapper'):>12s} {p['nfe']:4.0f} {p['steps']:5.0f} "
               f"{p['evaluation_ms']:7.2f} {p['tf_ms_per_call']:6.2f} "
               f"{p['scipy_ms_per_step']:13.2f}")
-    print(f"one fused TF value+VJP call on its own: {r['fused_value_vjp_call_ms']:.2f} ms "
-          f"(assembled augmented dynamics: {r['augmented_dynamics_call_ms']:.2f} ms); one "
+    print(f"one fused TF value+VJP call on its own: {r['fused_value_vjp_call_ms']:.2f} ms; one "
           f"backward augmented evaluation / that call = "
-          f"{r['backward_evaluation_over_fused_call']:.3f} (target <= 1.1; / the assembled call "
-          f"{r['backward_evaluation_over_augmented_call']:.3f}, / its own TF call in the solve "
-          f"{r['backward_evaluation_over_its_tf_call']:.3f}); glue target <= 10%")
+          f"{r['backward_evaluation_over_fused_call']:.3f} (target <= 1.1; / its own TF call in "
+          f"the solve {r['backward_evaluation_over_its_tf_call']:.3f}); glue target <= 10%")
     print(f"the fused call after 20 ms of other work each time (as inside the solve): "
           f"{r['fused_call_after_work_ms']:.2f} ms")
     for name, a in r["scipy_alone"].items():

@@ -6,10 +6,7 @@ set of differentiated arguments), so new values of t or of the parameters never 
 Precision: the solver side is float64; inside TensorFlow everything runs in the model dtype
 (float32 unless asked otherwise). The state (and the cotangent) is rounded to the model dtype as
 it is copied in (numpy's cast, round to nearest like TensorFlow's); values, VJPs and gradients
-come back as float64, cast by the compiled function's last operation. The one exception is the
-adjoint's assembled derivative (`augmented_dynamics`), which comes back in the model dtype: the
-solver widens it exactly to float64 in the copy it makes anyway, so TensorFlow need not write a
-float64 copy of its own.
+come back as float64, cast by the compiled function's last operation.
 
 Copies, measured on the CPU at the MNIST block's size (2.4 MB states), where fresh memory costs
 page faults: the state (and the cotangent) is copied once, cast, into a 64-byte aligned buffer
@@ -18,6 +15,10 @@ tf.convert_to_tensor would copy into fresh memory, once or twice. Results are nu
 TensorFlow's output buffers (no copy), read-only so that nothing writes into TensorFlow's memory;
 a result that aliases a staging buffer (fn passing an input through) is copied. One call at a
 time per wrapped function (a lock guards its buffers).
+
+Threads: TensorFlow's pools are set when the first function is wrapped (unless `set_threads`
+ran before): intra-op $GPU_DYNAMICS_THREADS, or 2 when TensorFlow sees no GPU (a
+shared CPU machine), inter-op 1. Importing gpu_dynamics changes nothing in TensorFlow.
 
 Parameters (float arrays from position `params_from` on, except 0-d ones) stay on the device
 between calls. The rule: an array is copied to the device again whenever its values differ from
@@ -70,9 +71,9 @@ def _device_name(device):
 def set_threads(intra_op, inter_op=1):
     """TensorFlow's thread pools (intra_op: threads inside one op; inter_op: ops run at once).
 
-    Must run before TensorFlow executes anything. Importing gpu_dynamics does it already with
-    intra_op = $GPU_DYNAMICS_THREADS, or 2 when TensorFlow sees no GPU (a shared CPU machine).
-    """
+    Must run before TensorFlow executes anything; without it, a wrapped function's first call
+    sets the default (see the module docstring)."""
+    global _threads_set
     for name, value in (("intra_op", intra_op), ("inter_op", inter_op)):
         if not (isinstance(value, (int, np.integer)) and value >= 1):
             raise ValueError(f"{name} must be a positive integer, not {value!r}")
@@ -82,25 +83,28 @@ def set_threads(intra_op, inter_op=1):
     except RuntimeError as error:
         raise RuntimeError(f"set_threads must run before TensorFlow executes anything ({error})"
                            ) from error
+    _threads_set = True
 
 
-def _threads_at_import():
+_threads_set = False
+
+
+def _default_threads():
+    """The default pools, set once unless set_threads ran (if TensorFlow already runs, its pools
+    are fixed: they are kept)."""
+    global _threads_set
+    if _threads_set:
+        return
     value = os.environ.get(THREADS_ENV)
-    if value is None:
-        if tf.config.list_physical_devices("GPU"):
-            return  # the work is on the GPU: keep TensorFlow's defaults
-        intra = min(CPU_THREADS, os.cpu_count() or 1)
-    elif value.strip().isdigit() and int(value) >= 1:
-        intra = int(value)
-    else:
+    if value is not None and not (value.strip().isdigit() and int(value) >= 1):
         raise ValueError(f"${THREADS_ENV} must be a positive integer, not {value!r}")
-    try:
-        set_threads(intra, 1)
-    except RuntimeError:
-        pass  # TensorFlow already runs (imported and used before gpu_dynamics): keep its pools
-
-
-_threads_at_import()
+    if value is not None or not tf.config.list_physical_devices("GPU"):  # a GPU: TF's defaults
+        intra = int(value) if value is not None else min(CPU_THREADS, os.cpu_count() or 1)
+        try:
+            set_threads(intra, 1)
+        except RuntimeError:
+            pass
+    _threads_set = True
 
 
 @dataclasses.dataclass
@@ -129,8 +133,9 @@ def tf_primitive(fn=None, *, dtype=tf.float32, jit_compile=False, device=None, p
     Use as `@tf_primitive` or `@tf_primitive(dtype=tf.float64, jit_compile=True)`. The result,
     `wrapped(*arrays)`, returns fn's value as a float64 array; autograd differentiates it with
     respect to every float argument by TensorFlow's GradientTape. For the adjoint it also has
-    `value_and_vjp(g, y, t, *args) -> (f, g_y, g_t, g_args)` (the protocol odeint uses: one call)
-    and `value_and_grads(g, *arrays) -> (value, grads)` for any signature.
+    `value_and_vjp(g, y, t, *args) -> (f, g_y, g_t, g_args)` (the protocol odeint's backward
+    solve uses: one call per evaluation) and `value_and_grads(g, *arrays) -> (value, grads)` for
+    any signature.
 
     dtype: the float type inside TensorFlow (float32, or float64 for exact comparisons).
     jit_compile: compile with XLA. device: 'cpu', 'gpu', '/GPU:1'... (None: `default_device()`).
@@ -161,6 +166,7 @@ class TFPrimitive:
         if not (isinstance(params_from, (int, np.integer)) and params_from >= 0):
             raise ValueError(f"params_from must be a non-negative integer, not {params_from!r}")
         functools.update_wrapper(self, fn)
+        _default_threads()
         self.fn, self.dtype, self.jit_compile = fn, dtype, bool(jit_compile)
         self.device = default_device() if device is None else _device_name(device)
         self.params_from = int(params_from)
@@ -169,7 +175,7 @@ class TFPrimitive:
         self._np_dtype = dtype.as_numpy_dtype
         # states are cast as they are staged when numpy has the model dtype (not bfloat16)
         self._stage_dtype = self._np_dtype if dtype in (tf.float16, tf.float32) else np.float64
-        self._compiled = {}  # (signature, wrt or None, assembled) -> concrete function
+        self._compiled = {}  # (signature, wrt or None) -> concrete function
         self._params = collections.defaultdict(collections.OrderedDict)  # position -> id -> _Cached
         self._staging = {}  # position (-1: the cotangent) -> aligned buffer (_stage_dtype)
         self._lock = threading.Lock()
@@ -207,19 +213,6 @@ class TFPrimitive:
         f, grads = self.value_and_grads(g, y, t, *args)
         return f, grads[0], grads[1], grads[2:]
 
-    def augmented_dynamics(self, a, y, t, *args, want_t=True, want_args=True):
-        """The adjoint's augmented dynamics at (y, a) as one flat array in fn's dtype (the model
-        dtype; the solver widens it to float64 as it copies it), from one TensorFlow call that
-        also negates and concatenates (the protocol odeint's backward solve uses): [f, -a^T
-        df/dy, -a^T df/dargs for each float arg in order (want_args), -a^T df/dt (want_t)], each
-        part flattened."""
-        arrays = (y, t) + args
-        self._check_untraced(a, arrays, "augmented_dynamics")
-        wrt = ((0,) + (tuple(i for i in range(2, len(arrays)) if _is_float(arrays[i]))
-                       if want_args else ()) + ((1,) if want_t else ()))
-        out, = self._run(wrt, arrays, a, assembled=True)
-        return out
-
     def _vjp_maker(self, argnums, ans, arrays, kwargs):
         def vjp(g):
             self._check_untraced(g, arrays, "its VJP")
@@ -235,9 +228,8 @@ class TFPrimitive:
                 "supported")
 
     # --- one TensorFlow call ---------------------------------------------------------------
-    def _run(self, wrt, arrays, g=None, assembled=False):
-        """fn's value (and, when wrt is a tuple, the VJPs wrt those positions) as float64; or,
-        assembled, the augmented dynamics [f, -VJPs...] as one flat array in the model dtype."""
+    def _run(self, wrt, arrays, g=None):
+        """fn's value (and, when wrt is a tuple, the VJPs wrt those positions) as float64."""
         entered = time.perf_counter()
         with self._lock:  # the staging buffers are this function's own
             arrays = [np.asarray(a) for a in arrays]
@@ -252,7 +244,7 @@ class TFPrimitive:
                                      f"{tuple(expected)}")
                 tensors.insert(0, self._staged(-1, g))
                 signature = ((g.shape, tensors[0].dtype),) + signature
-            compiled = self._concrete(wrt, signature, assembled)
+            compiled = self._concrete(wrt, signature)
             start = time.perf_counter()
             with tf.device(self.device):
                 results = [np.asarray(r) for r in compiled(*tensors)]
@@ -312,14 +304,14 @@ class TFPrimitive:
     def _output_shape(self, signature):
         return self._concrete(None, signature).structured_outputs[0].shape
 
-    def _concrete(self, wrt, signature, assembled=False):
+    def _concrete(self, wrt, signature):
         """The compiled function for inputs of this signature ((shape, dtype) per tensor)."""
-        key = (signature, wrt, assembled)
+        key = (signature, wrt)
         compiled = self._compiled.get(key)
         if compiled is None:
             specs = [tf.TensorSpec(shape, dtype) for shape, dtype in signature]
             body = (self._value_body if wrt is None else
-                    functools.partial(self._augmented_body if assembled else self._vjp_body, wrt))
+                    functools.partial(self._vjp_body, wrt))
             with tf.device(self.device):
                 compiled = tf.function(body, input_signature=specs,
                                        jit_compile=self.jit_compile).get_concrete_function()
@@ -331,27 +323,16 @@ class TFPrimitive:
         return (tf.cast(self._output(self._model_inputs(xs)), tf.float64),)
 
     def _vjp_body(self, wrt, g, *xs):
+        """fn's value and g^T dfn/dxs[i] for i in wrt, as float64."""
         self.traces += 1
-        return tuple(tf.cast(r, tf.float64) for r in self._value_and_vjps(wrt, g, xs))
-
-    def _augmented_body(self, wrt, a, *xs):
-        """[f, -a^T dfn/dxs[i] for i in wrt] flattened and concatenated in the model dtype (fn's
-        output dtype): the minus sign rides on the cotangent; no float64 copy (the solver's)."""
-        self.traces += 1
-        parts = self._value_and_vjps(wrt, a, xs, negate=True)
-        return (tf.concat([tf.reshape(tf.cast(r, parts[0].dtype), [-1]) for r in parts], 0),)
-
-    def _value_and_vjps(self, wrt, g, xs, negate=False):
-        """fn's value and g^T dfn/dxs[i] for i in wrt (-g^T... if negate), in the model dtype."""
         xs = self._model_inputs(xs)
         watched = [xs[i] for i in wrt]
         with tf.GradientTape(watch_accessed_variables=False) as tape:
             tape.watch(watched)
             out = self._output(xs)
-        g = tf.cast(g, out.dtype)
-        grads = tape.gradient(out, watched, output_gradients=-g if negate else g,
+        grads = tape.gradient(out, watched, output_gradients=tf.cast(g, out.dtype),
                               unconnected_gradients=tf.UnconnectedGradients.ZERO)
-        return (out, *grads)
+        return tuple(tf.cast(r, tf.float64) for r in (out, *grads))
 
     def _model_inputs(self, xs):
         """The float inputs cast to the model dtype (the others as they are)."""

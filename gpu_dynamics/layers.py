@@ -4,7 +4,8 @@ No Keras state: every parameter is an argument, so a block wrapped with `tf_prim
 them to autograd. Layout NHWC (batch, height, width, channels): TensorFlow's convolutions on the
 CPU need it. Convolution weights are (kh, kw, c_in, c_out), TensorFlow's HWIO order.
 
-The architecture is the authors' public example (../shared/REPRODUCTION.md); with 28x28x1 inputs:
+The architecture is the authors' public example (torchdiffeq's examples/odenet_mnist.py); with
+28x28x1 inputs:
 
     downsample   conv 1->64 3x3 (no padding)                      28 -> 26
                  GroupNorm, ReLU, conv 64->64 4x4 stride 2 pad 1  26 -> 13
