@@ -234,7 +234,12 @@ def test_rnn_dt_uses_the_gaps_and_the_plain_rnn_does_not():
         assert np.allclose(recon, recon2) != with_dt
         assert np.isfinite(S.rnn_nll(p, xs, times, with_dt))
     with pytest.raises(ValueError, match="step"):
-        S.rnn_predict(p, xs, times, t_future, False)
+        S.rnn_predict(p, xs, times, t_future, False, None)
+    # the RNN + dt is told the step it runs free at: another step, other predictions
+    p = S.init_rnn_baseline(np.random.RandomState(9), True)
+    a = S.rnn_predict(p, xs, times, times[:, -1].max() + 0.3 * np.arange(1, 4), True, 0.3)[1]
+    b = S.rnn_predict(p, xs, times, times[:, -1].max() + 0.3 * np.arange(1, 4), True, 0.2)[1]
+    assert not np.allclose(a, b)
 
 
 def test_plain_rnn_steps_are_placed_at_its_training_gap():
