@@ -66,3 +66,34 @@ def test_tf_overhead_splits_the_time(tmp_path):
                 "wall_ms_per_step"]
         assert data["backward_evaluation_over_its_tf_call"] > 1
         assert _scipy._scipy_blas_single_threaded is limit
+
+
+def test_mnist_step_counts_and_matches_pytorch(tmp_path):
+    """mnist_step on 8 real images: the TensorFlow calls per step (one value and one VJP call
+    per primitive, and one per dynamics evaluation), and, with the bench extra, PyTorch's
+    networks from the same parameters give the same first loss."""
+    pytest.importorskip("tensorflow")
+    from reproduce.mnist import data as D
+    try:
+        D.check(D.data_dir())
+    except D.MNISTDataError:
+        pytest.skip("MNIST files not found")
+    out = tmp_path / "step.json"
+    load("mnist_step").main(["--batch", "8", "--warmup", "1", "--steps", "1", "--out", str(out)])
+    rows = json.loads(out.read_text())["models"]
+    for row in rows.values():
+        assert row["ours"]["step_s"] > 0
+    (resnet,), (odenet,), (rknet,) = (rows[m]["ours"]["steps"] for m in ("resnet", "odenet",
+                                                                            "rknet"))
+    assert resnet["tf_calls"] == 2 * (6 + 2)  # downsampling, 6 blocks, head
+    assert resnet["tf_by_primitive"]["block"][:2] == [6, 6]
+    assert odenet["nfe_forward"] > 0 and odenet["nfe_backward"] > 0
+    assert odenet["tf_calls"] == 4 + odenet["nfe_forward"] + odenet["nfe_backward"]
+    assert rknet["tf_by_primitive"]["dynamics"][:2] == [rknet["nfe_forward"],
+                                                        rknet["nfe_backward"]]
+    if "pytorch" not in rows["resnet"]:
+        return
+    for name, tol in (("mlp", 1e-6), ("resnet", 1e-6), ("rknet", 1e-3), ("odenet", 1e-3)):
+        ours, theirs = rows[name]["ours"]["first_loss"], rows[name]["pytorch"]["first_loss"]
+        assert abs(ours - theirs) < tol * abs(theirs), name
+        assert rows[name]["ratio"] > 0

@@ -34,13 +34,12 @@ MLP_HIDDEN = 300
 
 
 @functools.lru_cache(maxsize=None)
-def tf_blocks(dtype="float32", jit=True):
+def tf_blocks(dtype="float32", jit=False):
     """The TensorFlow primitives (downsample, dynamics, residual block, head) for a model dtype.
 
     Models of one dtype share a set (cached), so each shape is traced once; per-step counts are
-    differences of the call counters (`mark`, `counts_since`). The ODE dynamics, evaluated tens
-    of times per step, are compiled with XLA when jit (gpu_dynamics measured 12 -> 9 ms per
-    value call and 38 -> 33 ms per value+VJP at batch 128)."""
+    differences of the call counters (`mark`, `counts_since`). jit: the ODE dynamics compiled
+    with XLA (on the CPU slower than TensorFlow's own kernels: docs/mnist_step.md)."""
     import tensorflow as tf
     from gpu_dynamics import layers, tf_primitive
     dt = getattr(tf, dtype)
@@ -93,7 +92,7 @@ class _ConvNet:
 
     name = None
 
-    def __init__(self, dtype="float32", jit=True):
+    def __init__(self, dtype="float32", jit=False):
         self.blocks = tf_blocks(dtype, jit)
         self.dtype = dtype
 
