@@ -303,13 +303,15 @@ def fit(run, key, params, objective, optimizer, n_iters, every=100, config=None,
                  "rng": (rng or model_rng(run.seed, key)).get_state(), "step": 0,
                  "seconds": 0.0, "log_size": 0, "best": None, "validation": [],
                  "config": config}
-    log.restore(state["log_size"])
+    evaluate_only = getattr(run.args, "evaluate_only", False)
+    if not evaluate_only:
+        log.restore(state["log_size"])
     optimizer.load_state_dict(state["optimizer"])
     rng = np.random.RandomState()
     rng.set_state(state["rng"])
     params, stats, base_lr = state["params"], SolverStats(), optimizer.lr
     start, started = state["step"], time.time()
-    if getattr(run.args, "evaluate_only", False):
+    if evaluate_only:
         n_iters = start
 
     def checkpoint(step):

@@ -310,11 +310,12 @@ def test_smoke_run_writes_results_and_resume_reproduces_them(tmp_path):
     again = json.loads((tmp_path / "out" / "results.json").read_text())
     assert again["results"]["figure4"] == res["figure4"]
     assert again["results"]["seconds_per_iteration"] == res["seconds_per_iteration"]
-    with pytest.raises(ValueError, match="resume with the same settings"):
+    from reproduce.common import CheckpointError
+    with pytest.raises(CheckpointError, match="method: 'adams' there, 'dopri5' here"):
         experiment.main(argv + ["--resume", "--method", "dopri5"])
 
     # a run cut short: evaluate-only reports the checkpoints as they stand, and says so
-    (tmp_path / "ck" / "fig4_U2_cnf8.pkl").unlink()
+    (tmp_path / "ck" / "fig4_U2_cnf8.ckpt").unlink()
     experiment.main(argv + ["--resume", "--evaluate-only"])
     partial = json.loads((tmp_path / "out" / "results.json").read_text())["results"]
     assert partial["seconds_per_iteration"]["fig4_U2_cnf8"]["iterations"] == 0
@@ -323,4 +324,4 @@ def test_smoke_run_writes_results_and_resume_reproduces_them(tmp_path):
     assert partial["iterations"]["fig4_U1_cnf8"]["run"] == partial["iterations"]["fig4_U1_cnf8"][
         "planned"]
     assert partial["figure4"]["U1"] == res["figure4"]["U1"]  # the trained ones are unchanged
-    assert not (tmp_path / "ck" / "fig4_U2_cnf8.pkl").exists()  # and nothing is written
+    assert not (tmp_path / "ck" / "fig4_U2_cnf8.ckpt").exists()  # and nothing is written
