@@ -199,8 +199,9 @@ def main(argv=None):
     if not args.no_torch:
         try:
             import torch
-            import torchdiffeq  # noqa: F401
+            import torchdiffeq
         except ImportError:
+            torch = None
             print("PyTorch or torchdiffeq not installed (the 'bench' extra): this project only")
     if torch is not None:
         torch.set_num_threads(args.threads)
@@ -243,7 +244,6 @@ def main(argv=None):
     info["omp_wait_policy"] = os.environ.get("OMP_WAIT_POLICY")
     info["openblas_threads"] = os.environ.get("OPENBLAS_NUM_THREADS") or "default"
     if torch is not None:
-        import torchdiffeq
         info.update(torch=torch.__version__, torchdiffeq=torchdiffeq.__version__,
                     torch_threads=torch.get_num_threads())
     results = {
