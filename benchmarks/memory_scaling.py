@@ -8,10 +8,7 @@ allocations as seen by tracemalloc during one loss + gradient.
     python benchmarks/memory_scaling.py [--out figures/benchmarks/memory_scaling.json]
 """
 import argparse
-import datetime
-import json
 import os
-import platform
 import sys
 import tracemalloc
 
@@ -21,6 +18,7 @@ from autograd import grad
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from odeint_autograd import SolverStats, odeint  # noqa: E402
+from reproduce.common import machine, now, write_json  # noqa: E402
 
 
 def dynamics(y, t, W1, W2):
@@ -68,13 +66,8 @@ def main(argv=None):
     for r in rows:
         print(f"{r['method']:24s} {r['T']:4.0f} {r['steps']:6d} {r['nfe']:6d} "
               f"{r['peak_mb']:8.1f}")
-    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump({"command": "python benchmarks/memory_scaling.py " + " ".join(argv or []),
-                   "date": datetime.datetime.now(datetime.timezone.utc).isoformat(
-                       timespec="seconds"),
-                   "machine": {"platform": platform.platform(), "numpy": np.__version__},
-                   "rows": rows}, f, indent=2)
+    write_json(args.out, {"command": "python benchmarks/memory_scaling.py " + " ".join(argv or []),
+                          "date": now(), "machine": machine(), "rows": rows})
     print(f"wrote {args.out}")
 
 

@@ -12,10 +12,7 @@ backward solves, and the gradient's relative error against a tight-tolerance ref
 torch and torchdiffeq are optional (pip install -e .[bench]); without them that row is skipped.
 """
 import argparse
-import datetime
-import json
 import os
-import platform
 import sys
 import time
 import timeit
@@ -29,6 +26,7 @@ from autograd.scipy.integrate import odeint as autograd_odeint
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from odeint_autograd import SolverStats, odeint  # noqa: E402
+from reproduce.common import machine, now, write_json  # noqa: E402
 from odeint_autograd._vjp import value_and_vjp  # noqa: E402
 
 A = np.array([[-0.1, 2.0], [-2.0, -0.1]])
@@ -125,11 +123,6 @@ def rel_error(g, ref):
     return float(np.linalg.norm(a - b) / np.linalg.norm(b))
 
 
-def machine():
-    return {"platform": platform.platform(), "python": platform.python_version(),
-            "cpus": os.cpu_count(), "numpy": np.__version__}
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=7)
@@ -202,13 +195,11 @@ def main(argv=None):
           f"{1e6 * evaluation['numpy_forward_s']:.0f} us")
     print(f"reference: odeint_autograd lsoda at 1e-12; dopri5 direct backprop at 1e-12 differs "
           f"from it by {rel_error(check, reference):.1e}")
-    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump({"command": "python benchmarks/spiral_demo.py " + " ".join(argv or sys.argv[1:]),
-                   "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                   "machine": machine(), "repeats": args.repeats,
-                   "reference_check": rel_error(check, reference), "rows": table,
-                   "evaluation": evaluation, "targets": TARGETS}, f, indent=2)
+    write_json(args.out, {
+        "command": "python benchmarks/spiral_demo.py " + " ".join(argv or sys.argv[1:]),
+        "date": now(), "machine": machine(), "repeats": args.repeats,
+        "reference_check": rel_error(check, reference), "rows": table,
+        "evaluation": evaluation, "targets": TARGETS})
     print(f"wrote {args.out}")
 
 

@@ -1,10 +1,14 @@
-"""python -m reproduce list | NAME [options] | all [--smoke|--quick|--full] | report"""
+"""python -m reproduce list | units NAME [options] | NAME [options] | all [options] | report
+
+EXPERIMENTS is the registry: each entry is a package reproduce/NAME/ with the same shape
+(experiment.py: SETTINGS, CHOICES, units(run), main(argv); figures.py; report.py: its section of
+the report). `all` runs them in this order and the report composes their sections in it."""
 import importlib
 import sys
 import time
 import traceback
 
-# name -> (module, what of the paper it regenerates)
+# name -> (package, what of the paper it regenerates)
 EXPERIMENTS = {
     "mnist": ("reproduce.mnist", "Table 1 and Figure 3: ODE-Net, RK-Net, ResNet and MLP on MNIST"),
     "cnf": ("reproduce.cnf", "Figures 4 and 6: continuous normalizing flows vs planar flows"),
@@ -13,6 +17,7 @@ EXPERIMENTS = {
 }
 
 USAGE = """usage: python -m reproduce list
+       python -m reproduce units NAME [--smoke | --quick | --full] [...]
        python -m reproduce NAME [--smoke | --quick | --full] [--seed S] [--resume] [...]
        python -m reproduce all [--smoke | --quick | --full] [--seed S]
        python -m reproduce report"""
@@ -28,6 +33,12 @@ def main(argv=None):
         for name, (_, what) in EXPERIMENTS.items():
             print(f"{name:10s} {what}")
         return 0
+    if command == "units":
+        if not rest or rest[0] not in EXPERIMENTS:
+            print(f"python -m reproduce units: name one of {', '.join(EXPERIMENTS)}",
+                  file=sys.stderr)
+            return 2
+        return _units(rest[0], rest[1:])
     if command == "report":
         from reproduce import report
         return report.main(rest)
@@ -51,6 +62,13 @@ def main(argv=None):
         return _run(command, rest)
     print(f"unknown experiment {command!r}\n{USAGE}", file=sys.stderr)
     return 2
+
+
+def _units(name, argv):
+    """Print the independent units of work of one experiment, one a line (for --only)."""
+    experiment = importlib.import_module(EXPERIMENTS[name][0] + ".experiment")
+    print("\n".join(experiment.units(experiment.make_run(argv))))
+    return 0
 
 
 def _run(name, argv):

@@ -1,6 +1,13 @@
-"""What every experiment shares: its command line, where it writes, checkpoints that refuse to
-resume a different run, optimisers with savable state, the resumable training loop, progress bars
-and the results file."""
+"""What every experiment shares: its command line (`Run`: mode, seed, output and checkpoint
+folders, the selection of its units of work), checkpoints that refuse to resume a different run,
+optimisers with savable state, the resumable training loop (`fit`), progress bars, figures and
+the results file.
+
+An experiment is a package reproduce/NAME/ whose `experiment` module has SETTINGS (one dict per
+mode), CHOICES, `units(run)` (the names of its independent units of work: one trained model
+each, checkpointed as KEY.ckpt) and `main(argv)`; its `figures` module draws, and its `report`
+module renders its section of figures/RESULTS.md from its results.json.
+"""
 import argparse
 import datetime
 import hashlib
@@ -24,8 +31,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Flags that say where and how far a run goes but never change its numbers; every other flag,
 # and the mode, is part of the configuration a checkpoint must match to be resumed.
 BOOKKEEPING_FLAGS = {"mode", "resume", "out", "checkpoint_dir", "evaluate_only", "stop_after",
-                     "train_only", "train_only_n", "models", "data_dir", "download", "no_memory",
-                     "no_figure3", "checkpoint_every", "weights_dir"}
+                     "only", "train_only", "train_only_n", "models", "data_dir", "download",
+                     "no_memory", "no_figure3", "checkpoint_every", "weights_dir"}
+LOG_2PI = np.log(2 * np.pi)
 
 
 class CheckpointError(Exception):
@@ -81,6 +89,18 @@ class Run:
                             help=f"where finished models keep their final weights (default "
                                  f"weights/{name} for --full, committed; <checkpoint-dir>/final "
                                  "otherwise)")
+        parser.add_argument("--only", nargs="+", metavar="UNIT", default=None,
+                            help="train (or, with --resume, continue) only these units of work "
+                                 "and stop, without evaluating: several such runs can share the "
+                                 "cores; a later run without it trains what is left and "
+                                 "evaluates (python -m reproduce units NAME lists them)")
+        parser.add_argument("--evaluate-only", action="store_true",
+                            help="train nothing: evaluate each unit as its checkpoint (with "
+                                 "--resume) or final weights stand, and record how far each "
+                                 "trained; for an honest report of a full run cut short")
+        parser.add_argument("--stop-after", type=positive(int), default=None,
+                            help="stop after this many training steps as if killed (to test "
+                                 "--resume)")
         if extra_args is not None:
             extra_args(parser)
         self.parser = parser
@@ -100,8 +120,8 @@ class Run:
         self.weights_dir = self.args.weights_dir or (
             os.path.join(ROOT, "weights", name) if self.mode == "full"
             else os.path.join(self.ckpt_dir, "final"))
-        os.makedirs(self.out_dir, exist_ok=True)
         self.started = time.time()
+        self.stopper = StopAfter(self.args.stop_after)
         self._bar = None
 
     @property
@@ -123,10 +143,32 @@ class Run:
         return {"smoke": smoke, "quick": quick, "full": full}[self.mode]
 
     def path(self, filename):
+        """A file in the output folder (created on first use)."""
+        os.makedirs(self.out_dir, exist_ok=True)
         return os.path.join(self.out_dir, filename)
 
     def checkpoint(self, key):
         return Checkpoint(os.path.join(self.ckpt_dir, f"{key}.ckpt"), enabled=self.args.resume)
+
+    def log(self, key):
+        """The per-step log kept beside a unit's checkpoint."""
+        return AppendLog(os.path.join(self.ckpt_dir, f"{key}.log.jsonl"))
+
+    def select(self, units, chosen=None):
+        """The units this run trains: `units` (every unit of the experiment, in order) narrowed
+        to those named by --only and to `chosen` (an experiment's own selection flags) when
+        given. A name that is not a unit is a usage error."""
+        unknown = [u for u in self.args.only or () if u not in units]
+        if unknown:
+            self.usage_error(f"--only: unknown unit(s) {', '.join(unknown)}; this run's units: "
+                             f"{' '.join(units)}")
+        return [u for u in units if (self.args.only is None or u in self.args.only)
+                and (chosen is None or u in chosen)]
+
+    @property
+    def partial(self):
+        """Whether this run trains a selection of units only (and stops before evaluating)."""
+        return self.args.only is not None
 
     def final_weights(self, key):
         """Where a finished model's final state is kept (a full run's are committed, so that a
@@ -157,15 +199,48 @@ class Run:
             "command": self.command,
             "seed": self.seed,
             "config": self.config,
-            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "date": now(),
             "duration_s": round(time.time() - self.started, 1),
             "machine": machine(),
             "choices": choices or {},
             "results": results,
         }
-        _write_atomic(self.path(filename),
-                      (json.dumps(_jsonable(record), indent=2) + "\n").encode())
+        write_json(self.path(filename), record)
         return record
+
+
+def now():
+    """The current UTC time to the second, ISO 8601: every results file's date."""
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def write_json(path, record, indent=2):
+    """Write a JSON file atomically (numpy values as plain numbers, non-finite floats as null)."""
+    _write_atomic(path, (json.dumps(jsonable(record), indent=indent) + "\n").encode())
+
+
+def read_json(path):
+    """A JSON file's contents, or None if there is no such file."""
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def pyplot():
+    """matplotlib.pyplot on the Agg backend (files only, no display needed)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def save_figure(fig, path, dpi=120, tight=True):
+    """Write a figure to `path` and free it."""
+    if tight:
+        fig.tight_layout()
+    fig.savefig(path, dpi=dpi)
+    pyplot().close(fig)
 
 
 def _write_atomic(path, data):
@@ -245,7 +320,7 @@ class AppendLog:
 
     def append(self, record):
         with open(self.path, "a") as f:
-            f.write(json.dumps(_jsonable(record)) + "\n")
+            f.write(json.dumps(jsonable(record)) + "\n")
 
     def size(self):
         return os.path.getsize(self.path) if os.path.exists(self.path) else 0
@@ -275,7 +350,7 @@ def global_norm_clip(grads, max_norm):
 
 
 def fit(run, key, params, objective, optimizer, n_iters, every=100, config=None, rng=None,
-        stopper=None, lr_factor=None, clip=None, validate=None, validate_every=None):
+        lr_factor=None, clip=None, validate=None, validate_every=None):
     """Minimise with objective(params, rng, step, stats) -> (loss, grads) for n_iters steps of
     `optimizer`, resumable to the same numbers.
 
@@ -290,20 +365,19 @@ def fit(run, key, params, objective, optimizer, n_iters, every=100, config=None,
     validate(params) -> score (lower is better) runs every `validate_every` steps and at the
     end; state["best"] keeps the parameters, step and score of the best one.
     With --evaluate-only nothing is trained: the state is returned as the checkpoint stands.
-    `stopper.tick()` runs after every step (tests use it to simulate a kill).
+    `run.stopper.tick()` runs after every step (--stop-after: tests use it to simulate a kill).
     Returns the state dict, with state["history"] read back from the log.
     """
     config = dict(run.config, model=key, n_iters=n_iters, clip=clip,
                   validate_every=validate_every if validate else None, **(config or {}))
-    ckpt = run.checkpoint(key)
-    log = AppendLog(ckpt.path[:-len(".ckpt")] + ".log.jsonl")
+    ckpt, log = run.checkpoint(key), run.log(key)
     state = ckpt.load(config)
     if state is None:
         state = {"params": params, "optimizer": optimizer.state_dict(),
                  "rng": (rng or model_rng(run.seed, key)).get_state(), "step": 0,
                  "seconds": 0.0, "log_size": 0, "best": None, "validation": [],
                  "config": config}
-    evaluate_only = getattr(run.args, "evaluate_only", False)
+    evaluate_only = run.args.evaluate_only
     if not evaluate_only:
         log.restore(state["log_size"])
     optimizer.load_state_dict(state["optimizer"])
@@ -342,8 +416,7 @@ def fit(run, key, params, objective, optimizer, n_iters, every=100, config=None,
         if (step + 1) % every == 0 or step + 1 == n_iters or (
                 validate is not None and (step + 1) % validate_every == 0):
             checkpoint(step + 1)
-        if stopper is not None:
-            stopper.tick()
+        run.stopper.tick()
     state["params"] = params
     records = log.read(state["log_size"])
     state["history"] = {k: [r[k] for r in records] for k in ("loss", "nfe_f", "nfe_b")}
@@ -373,7 +446,7 @@ class StopAfter:
     KeyboardInterrupt): how tests check that --resume gives the numbers of an uninterrupted run.
     limit None: never."""
 
-    def __init__(self, limit):
+    def __init__(self, limit=None):
         self.limit, self.count = limit, 0
 
     def tick(self):
@@ -464,13 +537,14 @@ def machine():
     return info
 
 
-def _jsonable(x):
+def jsonable(x):
+    """x with numpy arrays and scalars as lists and numbers, non-finite floats as None."""
     if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
+        return {str(k): jsonable(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
+        return [jsonable(v) for v in x]
     if isinstance(x, np.ndarray):
-        return _jsonable(x.tolist())
+        return jsonable(x.tolist())
     if isinstance(x, np.generic):
         return x.item()
     if isinstance(x, float) and not np.isfinite(x):

@@ -2,8 +2,8 @@
 Poisson process experiments: small MLPs (with a hand-written VJP so that the adjoint's backward
 solve does not trace them with autograd at every step), the recognition RNN that reads a series
 backwards in time and gives q(z0 | x), the Gaussian and KL terms of the ELBO, the solve of a
-batch of series with different observation times in one odeint call, and the resumable Adam
-training loop with the solver options and measurements both experiments report.
+batch of series with different observation times in one odeint call, Adam on common.fit, and
+the solver flags and measurements both experiments report.
 
 Parameters are plain dicts of numpy arrays; every model is a function of them.
 """
@@ -13,7 +13,8 @@ import autograd.numpy as anp
 import numpy as np
 
 from odeint_autograd import SolverStats, odeint
-from reproduce.common import Adam, fit, model_rng, positive
+from reproduce.common import LOG_2PI, Adam, fit, model_rng, positive
+from reproduce.markdown import table
 
 # ---------------------------------------------------------------------------------------------
 # Activations: an autograd.numpy function (for traced evaluation), and a plain numpy one that
@@ -129,9 +130,6 @@ def encode(p, xs, gaps, mask=None):
 # ---------------------------------------------------------------------------------------------
 # ELBO pieces
 
-LOG_2PI = np.log(2 * np.pi)
-
-
 def gaussian_log_density(x, mean, log_std):
     """log N(x; mean, exp(log_std)^2), elementwise."""
     return -0.5 * (LOG_2PI + 2 * log_std + ((x - mean) / anp.exp(log_std)) ** 2)
@@ -182,8 +180,8 @@ def solve_union(func, z0, t0, times, args=(), **solver):
 # Training with checkpoints
 
 
-def train(run, key, init, loss_and_grad, n_iters, lr, stopper, ckpt_every, seed=None,
-          lr_final=None, clip=None, validate=None, validate_every=None, config=None):
+def train(run, key, init, loss_and_grad, n_iters, lr, ckpt_every, seed=None, lr_final=None,
+          clip=None, validate=None, validate_every=None, config=None):
     """Adam on loss_and_grad(params, rng, stats) -> (loss, grads) through common.fit (resumable
     to the same numbers); init(rng) draws the parameters from the model's own generator, seeded
     by (seed, key) (seed: the run's --seed unless given). The learning rate decays exponentially
@@ -195,7 +193,7 @@ def train(run, key, init, loss_and_grad, n_iters, lr, stopper, ckpt_every, seed=
     decay = None if lr_final is None else (lambda step: (lr_final / lr) ** (step / n_iters))
     return fit(run, key, params,
                lambda p, rng, step, stats: loss_and_grad(p, rng, stats), Adam(lr), n_iters,
-               every=ckpt_every, rng=rng, stopper=stopper, lr_factor=decay, clip=clip,
+               every=ckpt_every, rng=rng, lr_factor=decay, clip=clip,
                validate=validate, validate_every=validate_every,
                config=dict(config or {}, seed=seed, lr=lr, lr_final=lr_final))
 
@@ -214,21 +212,14 @@ def training_summary(state):
             "final_loss": history["loss"][-1] if history["loss"] else None}
 
 
-def add_run_args(parser):
-    """The options both latent-ODE experiments take: the solver and the kill simulation."""
+def add_solver_args(parser):
+    """The solver flags both latent-ODE experiments take."""
     parser.add_argument("--method", default="adams", choices=["adams", "lsoda"],
                         help="odeint method (default adams: the faster here, measured)")
     parser.add_argument("--tol", type=positive(float), default=None,
                         help="rtol = atol of every solve (default: the mode's)")
     parser.add_argument("--no-seminorm", action="store_true",
                         help="full norm in the adjoint's error control")
-    parser.add_argument("--evaluate-only", action="store_true",
-                        help="train nothing: evaluate each model as its checkpoint stands (with "
-                             "--resume) and record the iterations each ran; for an honest "
-                             "report of a full run cut short")
-    parser.add_argument("--stop-after", type=positive(int), default=None,
-                        help="stop after this many training iterations as if killed (to test "
-                             "--resume)")
 
 
 PAPER_TOL = 1.5e-8  # Section 6: the sequence models' tolerance, forward and backward
@@ -269,3 +260,16 @@ def measure_solvers(make_objective, params, tols, methods=("adams", "lsoda")):
                                  "nfe_forward": stats.forward.nfe,
                                  "nfe_backward": stats.backward.nfe})
     return rows
+
+
+def solver_speed_block(rows, model):
+    """The report's table of `measure_solvers` rows: one training gradient per solver setting."""
+    if not rows:
+        return ""
+    return "\n\n".join([
+        f"One training gradient of {model} per solver setting (seconds on the run's machine, "
+        "NFE of the forward and the backward solves):",
+        table(["method", "adjoint solved by", "tol", "seminorm", "seconds", "NFE fwd", "NFE bwd"],
+              [[r["method"], r.get("adjoint_method", r["method"]), f"{r['tol']:.1e}",
+                "yes" if r["seminorm"] else "no", r["seconds"], r["nfe_forward"],
+                r["nfe_backward"]] for r in rows])])

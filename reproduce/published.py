@@ -1,7 +1,9 @@
-"""The numbers the paper published (Chen et al. 2018), as restated in shared/REPRODUCTION.md.
+"""The numbers the paper published (Chen et al. 2018, "Neural Ordinary Differential Equations",
+NeurIPS): Table 1, Table 2, and the claims of Figures 3, 4, 6 and 8 and Section 6.
 
-Only the report (reproduce/report.py) reads this module: experiments never see published numbers,
-and every measured number comes from a run of this project's code.
+Only the experiments' report sections (reproduce/NAME/report.py) read this module: the code that
+measures never sees a published number, and every measured number comes from a run of this
+project's code.
 """
 
 # Table 1 (MNIST). Test error in %, parameters in millions; memory and time as published (O()).

@@ -109,3 +109,65 @@ def test_bad_flag_values_are_one_line_usage_errors(capsys):
         assert exit_.value.code == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and err.startswith("python -m reproduce")
+
+
+# The configuration every checkpoint of these units holds. A run resumes a checkpoint only if
+# its configuration equals the saved one, so these literals are those of the checkpoints that
+# long runs have written: changing one makes those runs unresumable.
+SAVED_CONFIGS = {
+    "spirals": (["--full", "--only", "latent_ode_n30_seed0", "--seeds", "0", "--resume"], {
+        "experiment": "spirals", "mode": "full", "method": "adams", "no_seminorm": False,
+        "seed": 0, "tol": None, "model": "latent_ode_n30_seed0", "n_iters": 20000,
+        "clip": 1000.0, "validate_every": 250, "batch_size": 100, "n_spirals": 1000,
+        "lr": 0.01, "lr_final": 0.0001}),
+    "poisson": (["--quick", "--seed", "2", "--tol", "1e-4"], {
+        "experiment": "poisson", "mode": "quick", "method": "adams", "no_seminorm": False,
+        "seed": 2, "tol": 0.0001, "model": "latent_ode", "n_iters": 500, "clip": None,
+        "validate_every": None, "lr": 0.01, "lr_final": None}),
+    "cnf": (["--smoke", "--train-only", "cnf"], {
+        "experiment": "cnf", "mode": "smoke", "method": "adams", "seed": 0, "trace": "exact",
+        "model": "fig4_U1_cnf2", "n_iters": 3, "clip": None, "validate_every": None,
+        "lr": 0.001, "batch": 32, "tol": 1e-05}),
+    "mnist": (["--full", "--only", "odenet", "--resume", "--epochs", "16"], {
+        "experiment": "mnist", "mode": "full", "epochs": 16, "no_xla": False, "seed": 0,
+        "model": "odenet", "n_train": 60000, "n_test": 10000, "batch_size": 128}),
+}
+
+
+# the same units selected by the older flags, as the long runs' commands do
+OLD_FLAGS = {"spirals": ["--full", "--train-only", "latent_ode", "--train-only-n", "30", "--seeds",
+                         "0", "--resume"],
+             "mnist": ["--full", "--models", "odenet", "--resume", "--epochs", "16"]}
+
+
+@pytest.mark.parametrize("name,old_flags", [(n, False) for n in sorted(SAVED_CONFIGS)]
+                         + [(n, True) for n in sorted(OLD_FLAGS)])
+def test_checkpoint_configs_stay_those_of_earlier_runs(tmp_path, monkeypatch, name, old_flags):
+    """The configuration a unit's checkpoint must match, built from the command line, equals the
+    one earlier runs saved: flags, names and settings may be refactored, these may not."""
+    import importlib
+
+    from reproduce.__main__ import EXPERIMENTS
+
+    if name == "mnist":
+        pytest.importorskip("tensorflow")
+        from reproduce.mnist import data
+        try:
+            data.check(data.data_dir())
+        except data.MNISTDataError:
+            pytest.skip("no MNIST files")
+
+    class Loaded(Exception):
+        pass
+
+    def load(self, config=None, force=False, ignore=()):
+        assert os.path.basename(self.path) == SAVED_CONFIGS[name][1]["model"] + ".ckpt"
+        raise Loaded(config)
+
+    monkeypatch.setattr(Checkpoint, "load", load)
+    argv, expected = SAVED_CONFIGS[name]
+    argv = OLD_FLAGS[name] if old_flags else argv
+    main = importlib.import_module(EXPERIMENTS[name][0]).main
+    with pytest.raises(Loaded) as loaded:
+        main(argv + ["--out", str(tmp_path / "out"), "--checkpoint-dir", str(tmp_path)])
+    assert loaded.value.args[0] == expected

@@ -8,7 +8,8 @@ import pytest
 from autograd import grad, jacobian, value_and_grad
 from scipy.stats import multivariate_normal
 
-from reproduce.cnf import experiment, models, targets
+from reproduce.cnf import data as targets
+from reproduce.cnf import experiment, models
 from reproduce.common import Adam, RMSprop, Run, fit
 
 TIGHT = dict(rtol=1e-10, atol=1e-10, method="adams")

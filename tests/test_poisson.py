@@ -8,7 +8,9 @@ import pytest
 from autograd import grad
 
 from reproduce import poisson as P
-from reproduce.latent import init_mlp
+from reproduce.poisson import data as PD
+from reproduce.poisson import models as PM
+from reproduce.latent import init_mlp, mlp
 
 TIGHT = dict(method="adams", rtol=1e-10, atol=1e-10)
 
@@ -16,9 +18,9 @@ TIGHT = dict(method="adams", rtol=1e-10, atol=1e-10)
 def test_thinning_counts_match_the_integrated_intensity():
     rng = np.random.RandomState(0)
     r, phi, t_end = 1.2, 0.7, 10.0
-    lam = lambda t: P.true_intensity(t, r, phi)  # noqa: E731
-    rate_max = np.exp(P.TRUE["log_base"] + r)
-    events = [P.simulate_events(rng, lam, t_end, rate_max) for _ in range(400)]
+    lam = lambda t: PD.true_intensity(t, r, phi)  # noqa: E731
+    rate_max = np.exp(PD.TRUE["log_base"] + r)
+    events = [PD.simulate_events(rng, lam, t_end, rate_max) for _ in range(400)]
     for e in events:
         assert np.all(np.diff(e) > 0) and e.min() >= 0 and e.max() <= t_end
     t = np.linspace(0, t_end, 20001)
@@ -27,14 +29,14 @@ def test_thinning_counts_match_the_integrated_intensity():
     assert abs(counts.mean() - expected) < 4 * np.sqrt(expected / len(events))
     # events fall where the intensity is high: the first half-period vs the trough
     all_events = np.concatenate(events)
-    frac_high = np.mean(np.cos(2 * np.pi * all_events / P.TRUE["period"] + phi) > 0)
+    frac_high = np.mean(np.cos(2 * np.pi * all_events / PD.TRUE["period"] + phi) > 0)
     assert frac_high > 0.7
     with pytest.raises(ValueError, match="exceeds"):
-        P.simulate_events(rng, lam, t_end, 1.0)
+        PD.simulate_events(rng, lam, t_end, 1.0)
 
 
 def _constant_rate_params(rng, log_rates_by_z=False):
-    params = P.init_model(rng)
+    params = PM.init_model(rng)
     params["inten"]["W2"] = params["inten"]["W2"] * (1.0 if log_rates_by_z else 0.0)
     params["inten"]["b2"] = np.array([np.log(3.0)])
     return params
@@ -47,24 +49,24 @@ def test_log_likelihood_constant_intensity_closed_form():
     rng = np.random.RandomState(1)
     t_end = 10.0
     events = [np.sort(rng.uniform(0, t_end, k)) for k in (5, 0, 12)]
-    times, mask = P.pad(events, t_end)
+    times, mask = PD.pad(events, t_end)
     assert times.shape == (3, 12) and mask.sum() == 17
     counts = np.array([5, 0, 12])
     params = _constant_rate_params(rng)
-    z0 = rng.randn(3, P.LATENT)
-    ll = P.log_likelihood(params, z0, times, mask, t_end, TIGHT)
+    z0 = rng.randn(3, PM.LATENT)
+    ll = PM.log_likelihood(params, z0, times, mask, t_end, TIGHT)
     np.testing.assert_allclose(ll, counts * np.log(3.0) - 3.0 * t_end, rtol=1e-8)
     # its gradient with respect to the log-rate b2 is N - c T (through the adjoint)
-    g = grad(lambda b2: anp.sum(P.log_likelihood(dict(params, inten=dict(params["inten"], b2=b2)),
+    g = grad(lambda b2: anp.sum(PM.log_likelihood(dict(params, inten=dict(params["inten"], b2=b2)),
                                                  z0, times, mask, t_end, TIGHT)))(
         params["inten"]["b2"])
     np.testing.assert_allclose(g, [np.sum(counts - 3.0 * t_end)], rtol=1e-7)
 
     still = _constant_rate_params(rng, log_rates_by_z=True)
     still["dyn"] = {k: np.zeros_like(v) for k, v in still["dyn"].items()}
-    lam = np.exp(P.mlp(still["inten"], z0)[:, 0])
+    lam = np.exp(mlp(still["inten"], z0)[:, 0])
     assert np.ptp(lam) > 0.1  # really different rates
-    ll = P.log_likelihood(still, z0, times, mask, t_end, TIGHT)
+    ll = PM.log_likelihood(still, z0, times, mask, t_end, TIGHT)
     np.testing.assert_allclose(ll, counts * np.log(lam) - lam * t_end, rtol=1e-8)
 
 
@@ -76,29 +78,29 @@ def test_held_out_window_log_likelihood_closed_forms():
     events = np.array([0.5, 3.0, 9.9, 10.2, 11.0, 12.4])
     c = 2.7
     flat = np.full_like(t_grid, c)
-    assert P.window_log_likelihood(events, t_grid, flat, 0.0, 10.0) == pytest.approx(
+    assert PM.window_log_likelihood(events, t_grid, flat, 0.0, 10.0) == pytest.approx(
         3 * np.log(c) - c * 10.0, rel=1e-12)
-    assert P.window_log_likelihood(events, t_grid, flat, 10.0, 12.5) == pytest.approx(
+    assert PM.window_log_likelihood(events, t_grid, flat, 10.0, 12.5) == pytest.approx(
         3 * np.log(c) - c * 2.5, rel=1e-12)
-    assert P.window_log_likelihood([], t_grid, flat, 10.0, 12.5) == pytest.approx(-c * 2.5)
+    assert PM.window_log_likelihood([], t_grid, flat, 10.0, 12.5) == pytest.approx(-c * 2.5)
     a = 0.3
     grown = np.exp(a * t_grid)
     expected = a * np.sum(events[events <= 10.0]) - (np.exp(a * 10.0) - 1.0) / a
-    assert P.window_log_likelihood(events, t_grid, grown, 0.0, 10.0) == pytest.approx(
+    assert PM.window_log_likelihood(events, t_grid, grown, 0.0, 10.0) == pytest.approx(
         expected, rel=1e-6)
     with pytest.raises(ValueError, match="grid"):
-        P.window_log_likelihood(events, t_grid, flat, 0.0, 13.0)
+        PM.window_log_likelihood(events, t_grid, flat, 0.0, 13.0)
 
 
 def test_fresh_sequences_follow_the_same_intensities_and_leave_training_data_alone():
-    small, big = P.make_dataset(4, n_fresh=0), P.make_dataset(4, n_fresh=300)
+    small, big = PD.make_dataset(4, n_fresh=0), PD.make_dataset(4, n_fresh=300)
     for a, b in zip(small["events"], big["events"]):
         np.testing.assert_array_equal(a, b)
     t_end, t_extrap = big["t_end"], big["t_extrap"]
     for k in range(4):
         counts = [len(e) for e in big["fresh"][k]]
         t = np.linspace(0, t_extrap, 20001)
-        expected = np.trapezoid(P.true_intensity(t, big["r"][k], big["phi"][k]), t)
+        expected = np.trapezoid(PD.true_intensity(t, big["r"][k], big["phi"][k]), t)
         assert abs(np.mean(counts) - expected) < 4 * np.sqrt(expected / 300)
         assert max(e.max() for e in big["fresh"][k] if len(e)) > t_end  # the extrapolated part
 
@@ -106,14 +108,14 @@ def test_fresh_sequences_follow_the_same_intensities_and_leave_training_data_alo
 def test_log_likelihood_integral_against_quadrature():
     """A moving latent state: the integral state equals the quadrature of lambda(z(t))."""
     rng = np.random.RandomState(2)
-    params = P.init_model(rng)
-    z0 = rng.randn(2, P.LATENT)
+    params = PM.init_model(rng)
+    z0 = rng.randn(2, PM.LATENT)
     t_end = 3.0
     events = [np.array([0.5, 1.7]), np.array([2.9])]
-    times, mask = P.pad(events, t_end)
-    ll = P.log_likelihood(params, z0, times, mask, t_end, TIGHT)
+    times, mask = PD.pad(events, t_end)
+    ll = PM.log_likelihood(params, z0, times, mask, t_end, TIGHT)
     t = np.linspace(0, t_end, 3001)
-    lam = P.learned_intensity(params, z0, t, TIGHT)  # (2, 3001)
+    lam = PM.learned_intensity(params, z0, t, TIGHT)  # (2, 3001)
     for b, e in enumerate(events):
         expected = np.sum(np.log(np.interp(e, t, lam[b]))) - np.trapezoid(lam[b], t)
         np.testing.assert_allclose(ll[b], expected, rtol=1e-5)
@@ -123,7 +125,7 @@ def test_poisson_dynamics_vjp_matches_autograd():
     rng = np.random.RandomState(3)
     dyn, inten = init_mlp(rng, 4, 20, 4), init_mlp(rng, 4, 20, 1)
     y, g = rng.randn(5, 5), rng.randn(5, 5)
-    f = P.PoissonDynamics()
+    f = PM.PoissonDynamics()
     value, g_y, _, (g_dyn, g_inten) = f.value_and_vjp(g, y, 0.0, dyn, inten)
     np.testing.assert_allclose(value, f(y, 0.0, dyn, inten))
     np.testing.assert_allclose(g_y, grad(lambda yy: anp.sum(f(yy, 0.0, dyn, inten) * g))(y))

@@ -51,7 +51,9 @@ def test_all_smoke_runs_every_experiment_and_the_report(tmp_path):
         assert f"python -m reproduce {name} --smoke" in text
 
 
-def test_published_numbers_are_read_by_the_report_only():
+def test_published_numbers_are_read_by_the_report_sections_only():
+    """The code that measures never sees a published number: only the experiments' report
+    modules (reproduce/NAME/report.py) import reproduce.published."""
     readers = []
     for path in glob.glob(os.path.join(ROOT, "**", "*.py"), recursive=True):
         if ".venv" in path or path.endswith("published.py"):
@@ -66,11 +68,51 @@ def test_published_numbers_are_read_by_the_report_only():
                 names = [f"{node.module}.{a.name}" for a in node.names]
             if any("published" in n for n in names):
                 readers.append(os.path.relpath(path, ROOT))
-    assert readers == [os.path.join("reproduce", "report.py")]
+    assert sorted(readers) == [os.path.join("reproduce", name, "report.py")
+                               for name in sorted(EXPERIMENTS)]
+
+
+def test_the_report_composes_and_knows_no_results_key():
+    """reproduce/report.py names no key of any experiment's results: each experiment's report
+    module renders its own section."""
+    keys = set()
+    for path in glob.glob(os.path.join(ROOT, "figures", "*", "**", "results.json"),
+                          recursive=True):
+        with open(path) as f:
+            keys |= set(json.load(f)["results"])
+    assert keys
+    with open(os.path.join(ROOT, "reproduce", "report.py")) as f:
+        tree = ast.parse(f.read())
+    strings = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)
+               and isinstance(n.value, str)}
+    assert not strings & keys
+
+
+def test_every_experiment_has_the_same_shape():
+    import importlib
+    for name, (package, _) in EXPERIMENTS.items():
+        experiment = importlib.import_module(f"{package}.experiment")
+        report = importlib.import_module(f"{package}.report")
+        importlib.import_module(f"{package}.figures")
+        assert set(experiment.SETTINGS) == {"smoke", "quick", "full"}, name
+        assert experiment.CHOICES and callable(experiment.main), name
+        for function in ("section", "summary", "durations"):
+            assert callable(getattr(report, function)), (name, function)
+        units = experiment.units(experiment.make_run(["--smoke"]))
+        assert units and len(set(units)) == len(units), name
+
+
+def test_units_are_listed_and_only_accepts_them_alone():
+    out = run("units", "poisson", "--smoke")
+    assert out.returncode == 0 and out.stdout.split() == ["latent_ode"]
+    out = run("units", "spirals", "--full", "--seeds", "4")
+    assert out.stdout.split()[:2] == ["rnn_n30_seed4", "rnn_dt_n30_seed4"]
+    out = run("poisson", "--smoke", "--only", "rnn")
+    assert out.returncode == 2 and "unknown unit(s) rnn" in out.stderr
 
 
 def test_report_marks_models_a_cut_short_run_did_not_finish():
-    from reproduce.report import cnf_tables
+    from reproduce.cnf.report import tables
     kl = {"nf": {"2": {"kl": 0.5}}, "cnf": {"2": {"kl": 0.25}}}
     ll = {"test_log_likelihood": {"cnf": {"mean": -2.5}, "nf": {"mean": -3.125}},
           "models": {"cnf": "fig6_moons_cnf64", "nf": "fig6_moons_nf64"}}
@@ -78,7 +120,7 @@ def test_report_marks_models_a_cut_short_run_did_not_finish():
                   "fig4_U1_cnf2": {"run": 2_300, "planned": 10_000},
                   "fig6_moons_cnf64": {"run": 0, "planned": 10_000},
                   "fig6_moons_nf64": {"run": 500_000, "planned": 500_000}}
-    fig4, fig6 = cnf_tables({"results": {"figure4": {"U1": kl}, "figure6": {"moons": ll},
+    fig4, fig6 = tables({"results": {"figure4": {"U1": kl}, "figure6": {"moons": ll},
                                          "iterations": iterations}})
     assert "| U1 | planar NF (K layers) | 0.500 |" in fig4
     assert "| U1 | planar CNF (M units) | 0.250 (2,300 of 10,000 it.) |" in fig4

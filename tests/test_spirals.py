@@ -12,6 +12,8 @@ from scipy.stats import norm
 
 from odeint_autograd import odeint
 from reproduce import spirals as S
+from reproduce.spirals import data as SD
+from reproduce.spirals import models as SM
 from reproduce.latent import (MLPDynamics, encode, init_mlp, init_rnn, mlp, mlp_vjp,
                               solve_union, time_gaps, union_times)
 
@@ -27,8 +29,8 @@ def _roles(n_train, n_held):
 
 
 def test_generator_shapes_and_halves():
-    data = S.generate_spirals(np.random.RandomState(0), _roles(20, 10))
-    length = S.SPIRAL["window"] + S.SPIRAL["extrap"]
+    data = SD.generate_spirals(np.random.RandomState(0), _roles(20, 10))
+    length = SD.SPIRAL["window"] + SD.SPIRAL["extrap"]
     assert data["t"].shape == (length,)
     assert data["clean"].shape == data["noisy"].shape == (40, length, 2)
     np.testing.assert_allclose(np.diff(data["t"]), 6 * np.pi / 999)
@@ -40,17 +42,17 @@ def test_generator_shapes_and_halves():
         starts = data["start"][data["direction"] == d]
         assert len(np.unique(starts)) == len(starts)
     with pytest.raises(ValueError, match="even"):
-        S.generate_spirals(np.random.RandomState(0), _roles(7, 2))
+        SD.generate_spirals(np.random.RandomState(0), _roles(7, 2))
     with pytest.raises(ValueError, match="different points"):
-        S.generate_spirals(np.random.RandomState(0), _roles(2000, 2))
+        SD.generate_spirals(np.random.RandomState(0), _roles(2000, 2))
 
 
 def test_training_windows_cover_every_test_extrapolation_point():
     """Every arm index a test series is scored on lies in some training series' observation
     window (of its direction); held-out series lie wholly on the arm, and the training series'
     unused extrapolation parts are NaN, so no score can read them."""
-    data = S.make_dataset(1000)
-    w, e, n_dense = S.SPIRAL["window"], S.SPIRAL["extrap"], S.SPIRAL["n_dense"]
+    data = SD.make_dataset(1000)
+    w, e, n_dense = SD.SPIRAL["window"], SD.SPIRAL["extrap"], SD.SPIRAL["n_dense"]
     assert (len(data["train"]), len(data["val"]), len(data["test"])) == (800, 100, 100)
     for d in (1, -1):
         train = data["start"][data["train"]][data["direction"][data["train"]] == d]
@@ -72,36 +74,36 @@ def test_training_windows_cover_every_test_extrapolation_point():
 def test_directions_by_angular_velocity():
     """Counter-clockwise spirals turn with positive angular velocity about their arm's centre
     (5, 0), clockwise ones with negative about (-5, 0), at every step."""
-    data = S.generate_spirals(np.random.RandomState(1), _roles(0, 10))
+    data = SD.generate_spirals(np.random.RandomState(1), _roles(0, 10))
     for path, d in zip(data["clean"], data["direction"]):
         centre = np.array([5.0 if d == 1 else -5.0, 0.0])
         p, v = path[:-1] - centre, np.diff(path, axis=0)
         cross = p[:, 0] * v[:, 1] - p[:, 1] * v[:, 0]
         assert np.all(np.sign(cross) == d)
-        assert S.decoded_direction(path) == d  # the figure-10 labelling agrees
+        assert SM.decoded_direction(path) == d  # the figure-10 labelling agrees
 
 
 def test_noise_level():
-    data = S.generate_spirals(np.random.RandomState(2), _roles(0, 50))
+    data = SD.generate_spirals(np.random.RandomState(2), _roles(0, 50))
     residual = data["noisy"] - data["clean"]
     assert abs(residual.std() - 0.3) < 0.01
     assert abs(residual.mean()) < 0.01
 
 
 def test_subsample_without_replacement():
-    idx = S.subsample(np.random.RandomState(3), 200, 30)
+    idx = SD.subsample(np.random.RandomState(3), 200, 30)
     assert idx.shape == (200, 30)
     assert np.all(np.diff(idx, axis=1) > 0)  # sorted and no repeats
     assert idx.min() >= 0 and idx.max() < 100
     assert len({tuple(r) for r in idx}) > 190  # different points for different spirals
-    np.testing.assert_array_equal(S.subsample(np.random.RandomState(0), 3, 100),
+    np.testing.assert_array_equal(SD.subsample(np.random.RandomState(0), 3, 100),
                                   np.tile(np.arange(100), (3, 1)))
     with pytest.raises(ValueError, match="n_obs"):
-        S.subsample(np.random.RandomState(0), 3, 101)
+        SD.subsample(np.random.RandomState(0), 3, 101)
 
 
 def test_split_is_fixed_and_stratified():
-    a, b = S.make_dataset(100), S.make_dataset(100)
+    a, b = SD.make_dataset(100), SD.make_dataset(100)
     np.testing.assert_array_equal(a["test"], b["test"])
     np.testing.assert_array_equal(a["noisy"], b["noisy"])
     parts = [a["train"], a["val"], a["test"]]
@@ -186,27 +188,27 @@ def test_elbo_against_direct_monte_carlo():
     closed form) against a direct Monte Carlo estimate E_q[log p(x|z) + log p(z) - log q(z)]
     computed series by series: its own times, scipy's solve_ivp, scipy's normal densities."""
     rng = np.random.RandomState(7)
-    params = S.init_latent_ode(rng)
-    params["rec"]["bo"][:S.LATENT] += 1.0  # q away from the prior: a KL well above the MC noise
-    params["rec"]["bo"][S.LATENT:] -= 1.0
+    params = SM.init_latent_ode(rng)
+    params["rec"]["bo"][:SM.LATENT] += 1.0  # q away from the prior: a KL well above the MC noise
+    params["rec"]["bo"][SM.LATENT:] -= 1.0
     xs = rng.randn(2, 5, 2) * 2
     times = np.array([[0.0, 0.2, 0.5, 0.6, 1.1], [0.3, 0.4, 0.9, 1.5, 1.7]])
     K = 3000
-    eps = rng.randn(2, K, S.LATENT)
-    log_px, kl = S.elbo_terms(params, np.repeat(xs, K, axis=0), np.repeat(times, K, axis=0),
-                              eps.reshape(2 * K, S.LATENT), TIGHT)
+    eps = rng.randn(2, K, SM.LATENT)
+    log_px, kl = SM.elbo_terms(params, np.repeat(xs, K, axis=0), np.repeat(times, K, axis=0),
+                              eps.reshape(2 * K, SM.LATENT), TIGHT)
     log_px, kl = log_px.reshape(2, K), kl.reshape(2, K)
     np.testing.assert_allclose(kl, np.broadcast_to(kl[:, :1], kl.shape))
-    mu, logvar = S.posterior(params, xs, times)
+    mu, logvar = SM.posterior(params, xs, times)
     sigma = np.exp(0.5 * logvar)
     th = params["dyn"]
     for b in range(2):
         z0 = mu[b] + sigma[b] * eps[b]  # (K, LATENT)
-        sol = solve_ivp(lambda t, y: S.mlp(th, y.reshape(K, -1)).ravel(), (0.0, times[b, -1]),
+        sol = solve_ivp(lambda t, y: mlp(th, y.reshape(K, -1)).ravel(), (0.0, times[b, -1]),
                         z0.ravel(), t_eval=times[b], method="DOP853", rtol=1e-11, atol=1e-11)
         zs = sol.y.T.reshape(len(times[b]), K, -1)  # (n, K, LATENT)
-        x_mean = S.mlp(params["dec"], zs, "relu")
-        direct_px = norm.logpdf(xs[b][:, None], x_mean, S.SPIRAL["noise_std"]).sum(axis=(0, 2))
+        x_mean = mlp(params["dec"], zs, "relu")
+        direct_px = norm.logpdf(xs[b][:, None], x_mean, SD.SPIRAL["noise_std"]).sum(axis=(0, 2))
         np.testing.assert_allclose(log_px[b], direct_px, rtol=1e-6)  # same samples: same terms
         log_ratio = norm.logpdf(z0).sum(1) - norm.logpdf(z0, mu[b], sigma[b]).sum(1)
         direct = np.mean(direct_px + log_ratio)
@@ -227,18 +229,18 @@ def test_rnn_dt_uses_the_gaps_and_the_plain_rnn_does_not():
     t_future = np.linspace(1.9, 3.7, 10)
     stretched = times * 1.5
     for with_dt in (False, True):
-        p = S.init_rnn_baseline(np.random.RandomState(9), with_dt)
-        recon, extrap = S.rnn_predict(p, xs, times, t_future, with_dt, step=0.3)
+        p = SM.init_rnn_baseline(np.random.RandomState(9), with_dt)
+        recon, extrap = SM.rnn_predict(p, xs, times, t_future, with_dt, step=0.3)
         assert recon.shape == (3, 5, 2) and extrap.shape == (3, 10, 2)
-        recon2, _ = S.rnn_predict(p, xs, stretched, t_future * 1.5, with_dt, step=0.45)
+        recon2, _ = SM.rnn_predict(p, xs, stretched, t_future * 1.5, with_dt, step=0.45)
         assert np.allclose(recon, recon2) != with_dt
-        assert np.isfinite(S.rnn_nll(p, xs, times, with_dt))
+        assert np.isfinite(SM.rnn_nll(p, xs, times, with_dt))
     with pytest.raises(ValueError, match="step"):
-        S.rnn_predict(p, xs, times, t_future, False, None)
+        SM.rnn_predict(p, xs, times, t_future, False, None)
     # the RNN + dt is told the step it runs free at: another step, other predictions
-    p = S.init_rnn_baseline(np.random.RandomState(9), True)
-    a = S.rnn_predict(p, xs, times, times[:, -1].max() + 0.3 * np.arange(1, 4), True, 0.3)[1]
-    b = S.rnn_predict(p, xs, times, times[:, -1].max() + 0.3 * np.arange(1, 4), True, 0.2)[1]
+    p = SM.init_rnn_baseline(np.random.RandomState(9), True)
+    a = SM.rnn_predict(p, xs, times, times[:, -1].max() + 0.3 * np.arange(1, 4), True, 0.3)[1]
+    b = SM.rnn_predict(p, xs, times, times[:, -1].max() + 0.3 * np.arange(1, 4), True, 0.2)[1]
     assert not np.allclose(a, b)
 
 
@@ -247,20 +249,20 @@ def test_plain_rnn_steps_are_placed_at_its_training_gap():
     fall on those points its predictions are its raw outputs, and between them the linear
     interpolation of its neighbours."""
     rng = np.random.RandomState(10)
-    p = S.init_rnn_baseline(rng, False)
+    p = SM.init_rnn_baseline(rng, False)
     xs = rng.randn(2, 5, 2)
     times = np.array([[0.0, 0.5, 1.0, 1.5, 2.0], [0.0, 1.0, 1.5, 2.5, 3.0]])
     step = 0.5
-    _, raw = S.rnn_run(p, xs, np.zeros((2, 4 + 8)), 8, False)
+    _, raw = SM.rnn_run(p, xs, np.zeros((2, 4 + 8)), 8, False)
     on_grid = times[:, -1:] + step * np.arange(1, 5)  # the first four steps of each series
     for b in range(2):
-        _, at = S.rnn_predict(p, xs[b:b + 1], times[b:b + 1], on_grid[b], False, step)
+        _, at = SM.rnn_predict(p, xs[b:b + 1], times[b:b + 1], on_grid[b], False, step)
         np.testing.assert_allclose(at[0], raw[b, :4], rtol=1e-12, atol=1e-12)
-        _, mid = S.rnn_predict(p, xs[b:b + 1], times[b:b + 1], on_grid[b][:3] + step / 2,
+        _, mid = SM.rnn_predict(p, xs[b:b + 1], times[b:b + 1], on_grid[b][:3] + step / 2,
                                False, step)
         np.testing.assert_allclose(mid[0], (raw[b, :3] + raw[b, 1:4]) / 2, atol=1e-12)
     # between the last observation and the first step: towards the last observation
-    _, first = S.rnn_predict(p, xs[:1], times[:1], [times[0, -1] + step / 4], False, step)
+    _, first = SM.rnn_predict(p, xs[:1], times[:1], [times[0, -1] + step / 4], False, step)
     np.testing.assert_allclose(first[0, 0], 0.75 * xs[0, -1] + 0.25 * raw[0, 0], atol=1e-12)
 
 
@@ -269,31 +271,31 @@ def test_plain_rnn_steps_are_placed_at_its_training_gap():
 
 
 def test_a_perfect_model_scores_zero_noise_free_and_the_noise_on_noisy_points():
-    data = S.make_dataset(400)
-    w, rows = S.SPIRAL["window"], data["test"]
-    perfect = S.score_predictions(data["clean"][rows, w:], data, rows)
+    data = SD.make_dataset(400)
+    w, rows = SD.SPIRAL["window"], data["test"]
+    perfect = SM.score_predictions(data["clean"][rows, w:], data, rows)
     assert perfect["rmse_clean"] == 0.0
-    assert abs(perfect["rmse_noisy"] - S.SPIRAL["noise_std"]) < 0.01
-    shifted = S.score_predictions(data["clean"][rows, w:] + 0.1, data, rows)
+    assert abs(perfect["rmse_noisy"] - SD.SPIRAL["noise_std"]) < 0.01
+    shifted = SM.score_predictions(data["clean"][rows, w:] + 0.1, data, rows)
     assert abs(shifted["rmse_clean"] - 0.1) < 1e-12
     # scored on the test rows' own points: another set of rows does not score zero
-    assert S.score_predictions(data["clean"][data["val"], w:], data, rows)["rmse_clean"] > 1
+    assert SM.score_predictions(data["clean"][data["val"], w:], data, rows)["rmse_clean"] > 1
 
 
 def test_last_observation_baseline_against_a_hand_computation():
-    data = S.make_dataset(100)
-    w, rows, n = S.SPIRAL["window"], data["test"], 30
-    got = S.score("last_observation", None, data, n, rows, solver=None)
+    data = SD.make_dataset(100)
+    w, rows, n = SD.SPIRAL["window"], data["test"], 30
+    got = SM.score("last_observation", None, data, n, rows, solver=None)
     sq = []
     for r in rows:
         last = data["noisy"][r, data["obs_idx"][n][r][-1]]
-        for k in range(S.SPIRAL["extrap"]):
+        for k in range(SD.SPIRAL["extrap"]):
             sq.extend((last - data["clean"][r, w + k]) ** 2)
     assert abs(got["rmse_clean"] - np.sqrt(np.mean(sq))) < 1e-12
     # the linear baseline goes through the last observations when they lie on a line
     times = np.array([[0.0, 1.0, 2.0, 3.0, 4.0]])
     xs = np.stack([2 * times + 1, -times], axis=-1)
-    np.testing.assert_allclose(S.linear_extrapolation(xs, times, np.array([5.0, 7.0]))[0],
+    np.testing.assert_allclose(SM.linear_extrapolation(xs, times, np.array([5.0, 7.0]))[0],
                                [[11.0, -5.0], [15.0, -7.0]])
 
 
@@ -342,8 +344,9 @@ def test_training_split_by_n_then_gathered_gives_the_numbers_of_one_run(tmp_path
     assert sorted(p.name for p in (tmp_path / "byn_ckpt").iterdir()) == sorted(
         f"{m}_n100_seed0.{ext}" for m in ("latent_ode", "rnn_dt", "rnn")
         for ext in ("ckpt", "log.jsonl"))
-    assert _run(tmp_path, "byn", "--resume", "--train-only-n", "30", "50",
-                "--train-only", "latent_ode") == 0
+    assert _run(tmp_path, "byn", "--resume", "--only", "latent_ode_n30_seed0",
+                "latent_ode_n50_seed0") == 0
+    assert not (tmp_path / "byn" / "results.json").exists()
     assert _run(tmp_path, "byn", "--resume", "--train-only-n", "30", "50") == 0
     assert _run(tmp_path, "byn", "--resume") == 0
     gathered = json.loads((tmp_path / "byn" / "results.json").read_text())["results"]

@@ -2,10 +2,10 @@
 
     python -m reproduce cnf [--smoke | --quick | --full] [--seed S] [--resume] [--method M]
 
-models.py: the planar NF and the planar CNF; targets.py: Figure 4's targets and Figure 6's data;
-train.py: the resumable training loop; experiment.py: the protocol and results; plots.py: the
-figures.
+experiment.py: settings, units and the protocol; models.py: the planar NF and the planar CNF;
+data.py: Figure 4's targets and Figure 6's data; figures.py: the figures; report.py: the
+report's section.
 """
-from .experiment import main
+from .experiment import main, units
 
-__all__ = ["main"]
+__all__ = ["main", "units"]

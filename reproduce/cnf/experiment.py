@@ -12,60 +12,86 @@ import time
 import autograd.numpy as anp
 import numpy as np
 
-from odeint_autograd import SolverStats
 from autograd import value_and_grad
 
-from ..common import Adam, RMSprop, Run, fit, model_rng, partial_note, progress_label
-from . import models, plots
-from .targets import DATASETS, PLOT_LIMIT, TARGETS, log_normaliser
+from odeint_autograd import DEFAULT_TOL, SolverStats
+from reproduce.common import Adam, RMSprop, Run, fit, model_rng, partial_note, progress_label
+
+from . import figures, models
+from .data import DATASETS, PLOT_LIMIT, TARGETS, log_normaliser
 
 SIZES = (2, 8, 32)                   # Figure 4: K layers (NF) and M hidden units (CNF)
 WIDTH = 64                           # Figure 6: K = M = 64
 FRACTIONS = (0.05, 0.2, 0.4, 0.6, 0.8, 1.0)  # Figure 6: fractions of the CNF's time
 TOL = 1e-5                           # the paper's tolerance for density estimation (Section 6)
-DEFAULT_TOL = 1.49012e-8             # scipy's default tolerance (Section 6's informal check)
-NF_ITERS_FULL, CNF_ITERS_FULL = 500_000, 10_000
 
 
-def settings(run):
-    """Everything that differs between --smoke, --quick and --full."""
-    pick = run.pick
-    return {
-        "nf_iters": pick(20, 5_000, NF_ITERS_FULL),
-        "cnf_iters": pick(3, 200, CNF_ITERS_FULL),
-        # RMSprop for 500,000 steps as Rezende and Mohamed; lr 1e-5 and momentum 0.9 as public
-        # reproductions of their experiment (their paper names neither). The shorter runs take
-        # larger steps so that the parameters can travel a comparable distance.
-        "nf_lr": pick(1e-3, 1e-3, 1e-5),
-        "cnf_lr": 1e-3,
-        "batch": pick(32, 100, 100),
-        "ml_batch": pick(32, 256, 256),
-        "eval_samples": pick(200, 5_000, 20_000),
-        "test_points": pick(500, 5_000, 20_000),
-        "grid": pick(24, 60, 120),
-        "plot_samples": pick(200, 1_000, 2_000),
-        "reconstruction_points": pick(100, 1_000, 1_000),
-    }
+# What each mode runs. NF: RMSprop for 500,000 steps as Rezende and Mohamed; lr 1e-5 and
+# momentum 0.9 as public reproductions of their experiment (their paper names neither); the
+# shorter runs take larger steps so that the parameters can travel a comparable distance.
+SETTINGS = {
+    "smoke": dict(nf_iters=20, cnf_iters=3, nf_lr=1e-3, cnf_lr=1e-3, batch=32, ml_batch=32,
+                  eval_samples=200, test_points=500, grid=24, plot_samples=200,
+                  reconstruction_points=100),
+    "quick": dict(nf_iters=5_000, cnf_iters=200, nf_lr=1e-3, cnf_lr=1e-3, batch=100,
+                  ml_batch=256, eval_samples=5_000, test_points=5_000, grid=60,
+                  plot_samples=1_000, reconstruction_points=1_000),
+    "full": dict(nf_iters=500_000, cnf_iters=10_000, nf_lr=1e-5, cnf_lr=1e-3, batch=100,
+                 ml_batch=256, eval_samples=20_000, test_points=20_000, grid=120,
+                 plot_samples=2_000, reconstruction_points=1_000),
+}
+
+
+CHOICES = {
+    "targets": "Figure 4 rows are Rezende and Mohamed's (2015) U1 (ring with two modes), U2 "
+               "(sine wave), U3 (split sine waves); U2 and U3 get a Gaussian fall-off of "
+               "width 0.2 outside |z1| <= 4 (they are not integrable otherwise); log Z by "
+               "quadrature on a 1201^2 grid over [-6, 6]^2",
+    "base_density": "standard normal N(0, I) in 2-D for both flows",
+    "nf": "planar layers z + u_hat tanh(w^T z + b) with Rezende and Mohamed's u_hat "
+          "(w^T u_hat = -1 + softplus(w^T u) > -1); log-det by eq. 7; init u, w ~ N(0, "
+          "0.1^2), b = 0",
+    "cnf": "dz/dt = sum_n sigma_n(t) u_n(t) tanh(w_n(t)^T z + b_n(t)) on t in [0, 1]; "
+           "hypernetwork t -> tanh(a t + c) (32 units) -> linear -> (w, u, b, gate logit) "
+           "per unit, sigma = logistic; exact trace (eq. 28) in the same solve as z, one "
+           "(batch, 3) state; init: w, b of order 1, u of order 0.1/sqrt(M), gates 1/2",
+    "figure6_models": f"CNF with M = {WIDTH} units and NF with K = {WIDTH} layers, maximum "
+                      "likelihood; the NF maps data to noise (explicit density) and is "
+                      "inverted numerically (bisection per layer) to sample; iteration "
+                      "counts and optimisers as in Figure 4 (the paper gives none for "
+                      "Figure 6)",
+}
+
+
+def units(run):
+    """One unit per model: fig4_<target>_<nf|cnf><K|M> and fig6_<dataset>_<nf|cnf>64."""
+    return list(MODELS)
+
+
+def make_run(argv=None):
+    return Run("cnf", argv, extra_args=add_args,
+               description="Figures 4 and 6 (Section 4.1): continuous normalizing flows "
+                           "against planar normalizing flows")
 
 
 def main(argv=None):
-    run = Run("cnf", argv, extra_args=_extra_args,
-              description="Figures 4 and 6 (Section 4.1): continuous normalizing flows "
-                          "against planar normalizing flows")
-    cfg = settings(run)
+    run = make_run(argv)
+    cfg = SETTINGS[run.mode]
     solver = {"method": run.args.method, "rtol": TOL, "atol": TOL}
-    kinds = (run.args.train_only,) if run.args.train_only else ("nf", "cnf")
-    states = {key: train(run, cfg, solver, key) for key in MODELS if _kind(key) in kinds}
-    if run.args.train_only:
-        print(f"trained the {run.args.train_only} models; checkpoints in {run.ckpt_dir}")
-        return
+    chosen = None if run.args.train_only is None else [
+        key for key in MODELS if _kind(key) == run.args.train_only]
+    todo = run.select(units(run), chosen)
+    states = {key: train(run, cfg, solver, key) for key in todo}
+    if run.partial or chosen is not None:
+        print(f"trained {', '.join(todo)}; checkpoints in {run.ckpt_dir}")
+        return 0
     fig4 = density_matching(run, cfg, solver, states)
     fig6 = maximum_likelihood(run, cfg, solver, states)
-    plots.figure4(run.path("figure4.png"), fig4["panels"], fig4["results"])
-    plots.figure4_samples(run.path("figure4_samples.png"), fig4["panels"])
-    plots.training_curves(run.path("training_curves.png"),
+    figures.figure4(run.path("figure4.png"), fig4["panels"], fig4["results"])
+    figures.figure4_samples(run.path("figure4_samples.png"), fig4["panels"])
+    figures.training_curves(run.path("training_curves.png"),
                           {key: state["history"] for key, state in states.items()})
-    plots.figure6(run.path("figure6.png"), fig6["panels"], fig6["results"])
+    figures.figure6(run.path("figure6.png"), fig6["panels"], fig6["results"])
     timing = _per_iteration(states)
     results = {"figure4": fig4["results"], "figure6": fig6["results"],
                "seconds_per_iteration": timing,
@@ -76,25 +102,21 @@ def main(argv=None):
                          for key, it in results["iterations"].items()})
     if note:
         results["note"] = note
-    run.save_results(results, choices=choices(run, cfg))
+    run.save_results(results, choices=dict(CHOICES, **_run_choices(run, cfg)))
     print(f"wrote {run.path('results.json')} and the figures in {run.out_dir}")
+    return 0
 
 
-def _extra_args(parser):
+def add_args(parser):
     parser.add_argument("--method", default="adams", choices=("adams", "lsoda", "dopri5"),
                         help="ODE solver of the CNFs: adams/lsoda (scipy, adjoint gradients) or "
                              "dopri5 (direct backprop); default adams")
     parser.add_argument("--trace", default="exact", choices=("exact", "hutchinson"),
                         help="the CNF's d log p/dt in training: exact (eq. 28) or Hutchinson's "
                              "estimator with one Rademacher vector per sample and solve")
-    parser.add_argument("--evaluate-only", action="store_true",
-                        help="train nothing: evaluate every model as its checkpoint stands "
-                             "(untrained if it has none) and record the iterations each ran; "
-                             "for an honest report of a full run cut short")
     parser.add_argument("--train-only", choices=("nf", "cnf"), default=None,
-                        help="train (or, with --resume, continue) only these models and stop: "
-                             "two such runs can share two cores; a later --resume run without "
-                             "it then only evaluates")
+                        help="train (or, with --resume, continue) only the units of this kind "
+                             "and stop (as --only)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -353,35 +375,25 @@ def _projection(per_iteration):
     CNFs' cost grows with their NFE during training, so this is a lower estimate for them)."""
     total = 0.0
     for key, timing in per_iteration.items():
-        full = CNF_ITERS_FULL if _kind(key) == "cnf" else NF_ITERS_FULL
-        total += timing["seconds_per_iteration"] * full
+        total += timing["seconds_per_iteration"] * _planned(SETTINGS["full"], key)
     return total
 
 
-def choices(run, cfg):
+def _run_choices(run, cfg):
+    """The choices that depend on the mode and the flags."""
     return {
-        "targets": "Figure 4 rows are Rezende and Mohamed's (2015) U1 (ring with two modes), U2 "
-                   "(sine wave), U3 (split sine waves); U2 and U3 get a Gaussian fall-off of "
-                   "width 0.2 outside |z1| <= 4 (they are not integrable otherwise); log Z by "
-                   "quadrature on a 1201^2 grid over [-6, 6]^2",
         "loss": "KL(q || p) minimised as E_q[log q(x) + U(x)] = KL - log Z, a fresh batch of base "
                 "samples each step; reported for every model with the same estimator on "
                 f"{cfg['eval_samples']} fresh samples (mean and standard error), and as KL = "
                 "loss + log Z",
-        "base_density": "standard normal N(0, I) in 2-D for both flows",
-        "nf": "planar layers z + u_hat tanh(w^T z + b) with Rezende and Mohamed's u_hat "
-              "(w^T u_hat = -1 + softplus(w^T u) > -1); log-det by eq. 7; init u, w ~ N(0, "
-              "0.1^2), b = 0",
         "nf_training": f"RMSprop (decay 0.9, momentum 0.9, lr {cfg['nf_lr']}), "
                        f"{cfg['nf_iters']} steps, batch {cfg['batch']}; Figure 4 with Rezende "
                        "and Mohamed's annealed loss (beta from 0.01 to 1 over the first 2% of "
                        "steps). lr 1e-5 / momentum 0.9 / batch 100 follow public reproductions "
                        "of Rezende and Mohamed (e.g. Parmesan's planar-flow example); --quick "
-                       "and --smoke use lr 1e-3 for their 100x fewer steps",
-        "cnf": "dz/dt = sum_n sigma_n(t) u_n(t) tanh(w_n(t)^T z + b_n(t)) on t in [0, 1]; "
-               "hypernetwork t -> tanh(a t + c) (32 units) -> linear -> (w, u, b, gate logit) "
-               "per unit, sigma = logistic; exact trace (eq. 28) in the same solve as z, one "
-               "(batch, 3) state; init: w, b of order 1, u of order 0.1/sqrt(M), gates 1/2",
+                       f"and --smoke use lr {SETTINGS['quick']['nf_lr']:g} for their "
+                       f"{SETTINGS['full']['nf_iters'] // SETTINGS['quick']['nf_iters']}x fewer "
+                       "steps",
         "cnf_training": f"Adam (lr {cfg['cnf_lr']}), {cfg['cnf_iters']} steps, batch "
                         f"{cfg['batch']} (Figure 4) / {cfg['ml_batch']} (Figure 6); trace "
                         f"{run.args.trace}; no annealing (the paper names only Adam and the "
@@ -391,13 +403,8 @@ def choices(run, cfg):
                   "is the default: the fastest of the three measured on trained CNFs",
         "figure6_data": "Two Circles: radii 2 and 1, noise sd 0.1; Two Moons: scikit-learn's "
                         "make_moons shape, noise sd 0.1, centred and scaled by 2 (numpy "
-                        "generators in targets.py); a fresh batch from the generator each step; "
+                        "generators in data.py); a fresh batch from the generator each step; "
                         f"test set of {cfg['test_points']} independent points",
-        "figure6_models": f"CNF with M = {WIDTH} units and NF with K = {WIDTH} layers, maximum "
-                          "likelihood; the NF maps data to noise (explicit density) and is "
-                          "inverted numerically (bisection per layer) to sample; iteration "
-                          "counts and optimisers as in Figure 4 (the paper gives none for "
-                          "Figure 6)",
         "reconstruction": f"{cfg['reconstruction_points']} base samples solved 0 -> 1 -> 0 at "
                           f"rtol = atol = {TOL} and at scipy's default {DEFAULT_TOL}",
     }

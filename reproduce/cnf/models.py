@@ -10,9 +10,9 @@ from autograd.extend import defvjp_argnums, primitive
 from autograd.tracer import getval
 
 from odeint_autograd import odeint
+from reproduce.common import LOG_2PI
 
 DIM = 2
-LOG_2PI = np.log(2 * np.pi)
 
 
 def check_points(z, name="z"):

@@ -1,4 +1,4 @@
-"""Figure 3 (statistics of a trained ODE-Net), the memory figure and Table 1's text.
+"""Figure 3 (statistics of a trained ODE-Net), the memory figure and Table 1.
 
 `figure3_sweep` measures, on a trained ODE-Net and a test batch, for each tolerance of a sweep:
 the forward NFE and the numerical error of z(1) against a tight-tolerance solve (panel a, in
@@ -13,7 +13,10 @@ from autograd import grad
 
 from odeint_autograd import SolverStats, odeint
 
-from .models import LABELS, T_SPAN, cross_entropy, tf_blocks
+from reproduce.common import pyplot, save_figure
+from reproduce.markdown import fmt, table
+
+from .models import LABELS, NAMES, T_SPAN, cross_entropy, tf_blocks
 
 
 def _solve(dynamics, h, params, tol, stats):
@@ -57,17 +60,10 @@ def figure3_sweep(params, x, y, tols, ref_tol, error_batch, jit=True):
     return {"reference": reference, "rows": rows}
 
 
-def _plt():
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    return plt
-
-
 def plot_figure3(path, sweep, batches, mode, batches_per_epoch):
     """The paper's four panels: (a) NFE vs numerical error, (b) NFE vs forward time, (c) NFE
     backward vs forward, (d) forward NFE over training."""
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(1, 4, figsize=(17, 3.9))
     rows = sweep["rows"]
     nfe = [r["nfe_forward_f64"] for r in rows]
@@ -97,15 +93,13 @@ def plot_figure3(path, sweep, batches, mode, batches_per_epoch):
     ax[3].set(xlabel="training epoch", ylabel="NFE forward", title="(d) NFE over training")
     ax[3].legend(fontsize=7)
     fig.suptitle(f"Figure 3 (Chen et al. 2018): statistics of a trained ODE-Net [{mode}]")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def plot_memory(path, rows, mode, batch):
     """Peak memory of one training step: ResNet against its depth L; RK-Net (RK4 with n steps,
     and the adaptive dopri5 RK-Net) and ODE-Net (adjoint, t in [0, T]) against the forward NFE."""
-    plt = _plt()
+    plt = pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
     res = [r for r in rows if r["model"] == "resnet"]
     left.plot([r["n_blocks"] for r in res], [r["peak_mb"] for r in res], "o-", color="C0",
@@ -131,41 +125,36 @@ def plot_memory(path, rows, mode, batch):
         ax.legend(fontsize=7)
     fig.suptitle(f"Table 1's memory column, measured (batch {batch}, peak resident memory) "
                  f"[{mode}]")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
-def table1_markdown(models, mode):
-    """Table 1 as measured (the report puts the published numbers beside it)."""
-    lines = [f"# Table 1 (Chen et al. 2018), measured [{mode}]", "",
-             "| model | test error | params | peak memory of a step | s / batch | "
-             "s / full epoch | NFE fwd | NFE bwd | epochs run |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-
-    def fmt(v, spec):
-        return "-" if v is None else format(v, spec)
-
-    for name, m in models.items():
-        lines.append(
-            f"| {LABELS[name]} | {fmt(m.get('test_error_pct'), '.2f')}% | "
-            f"{m['n_params'] / 1e6:.3f} M | {fmt(m.get('peak_memory_mb'), '.0f')} MB | "
-            f"{fmt(m.get('seconds_per_batch'), '.3f')} | "
-            f"{_epoch_seconds(m)} | "
-            f"{fmt(m.get('mean_nfe_forward'), '.1f')} | {fmt(m.get('mean_nfe_backward'), '.1f')}"
-            f" | {m['epochs_run']} of {m['epochs_planned']} on {m['n_train']} images |")
-    batch = next((m["peak_memory_batch"] for m in models.values()
-                  if m.get("peak_memory_batch")), "-")
-    lines += ["", "s / full epoch: measured where whole epochs on all 60,000 images ran, else "
-              "~ projected as s / batch x the batches of a full epoch (468 of 128). Peak "
-              f"memory: one training step at batch {batch}, resident memory (see the choices "
-              "in results.json)."]
-    return "\n".join(lines) + "\n"
-
-
-def _epoch_seconds(m):
-    if m.get("measured_epoch_seconds") is not None:
-        return f"{m['measured_epoch_seconds']:.0f}"
-    if m.get("projected_epoch_seconds") is not None:
-        return f"~{m['projected_epoch_seconds']:.0f}"
-    return "-"
+def table1(models, published=None):
+    """Table 1 in markdown: each model's train summary (name -> row of results["table1"]), with
+    the published numbers (name -> row of published.TABLE1) beside them when given."""
+    header = ["model", "test error", "params", "peak memory of a training step", "min / epoch",
+              "NFE fwd / bwd", "epochs run"]
+    if published:
+        for column in (4, 3, 2):  # after peak memory, params and test error
+            header.insert(column, "published")
+    rows = []
+    for name in NAMES:
+        m, pub = models.get(name), (published or {}).get(name)
+        if m is None and pub is None:
+            continue
+        if m is None:
+            cells = ["not run", "-", "-", "-", "-", "-"]
+        else:
+            epoch_s = m.get("measured_epoch_seconds") or m.get("projected_epoch_seconds")
+            cells = [f"{m['test_error_pct']:.2f}%", f"{m['n_params'] / 1e6:.3f} M",
+                     "-" if m.get("peak_memory_mb") is None else f"{m['peak_memory_mb']:.0f} MB",
+                     "-" if not epoch_s else fmt(epoch_s / 60, 1) + (
+                         "" if m.get("measured_epoch_seconds") else " (proj.)"),
+                     "-" if m.get("mean_nfe_forward") is None else
+                     f"{m['mean_nfe_forward']:.1f} / {m['mean_nfe_backward']:.1f}",
+                     f"{m['epochs_run']} of {m['epochs_planned']} on {m['n_train']:,} images"]
+        if pub is not None:
+            cells.insert(3, pub["memory"])
+            cells.insert(2, f"{pub['params_m']:.2f} M")
+            cells.insert(1, f"{pub['test_error_pct']:.2f}%")
+        rows.append([LABELS[name]] + cells)
+    return table(header, rows)

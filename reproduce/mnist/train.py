@@ -9,13 +9,12 @@ one. The per-batch log (loss, NFE, seconds) is appended to a file beside the che
 """
 import json
 import time
-import zlib
 
 import numpy as np
 from autograd import value_and_grad
 from autograd.tracer import getval
 
-from reproduce.common import SGD, AppendLog, StopAfter
+from reproduce.common import SGD, model_rng
 
 from . import data as D
 from .models import cross_entropy, n_params
@@ -55,7 +54,7 @@ def evaluate(model, params, images, labels, batch_size):
 def fresh_state(model, seed, config):
     """Initial parameters and RNG from (seed, model name): each model's numbers do not depend on
     which other models run, or in which order."""
-    rng = np.random.RandomState([seed, zlib.crc32(model.name.encode())])
+    rng = model_rng(seed, model.name)
     params = model.init(rng)
     return {"config": config, "params": params, "opt": SGD(BASE_LR, MOMENTUM).state_dict(),
             "rng": rng.get_state(), "epoch": 0, "batch": 0, "perm": None, "running": None,
@@ -69,37 +68,33 @@ def train_config(run, model, train_set, test_set, epochs, batch_size):
                 n_test=len(test_set[0]), batch_size=batch_size, epochs=epochs)
 
 
-def batch_log(run, name):
-    return AppendLog(run.checkpoint(name).path[:-len(".ckpt")] + ".log.jsonl")
-
-
 def load_trained(run, name, config, ignore=()):
     """The state of a model for evaluation only: its checkpoint, else its final weights (a full
     run's are committed); None if neither exists. Both must match `config` but for the keys in
     `ignore`. Batches come as state["batches"] (the per-batch log, or the weights' copy)."""
     state = run.checkpoint(name).load(config, force=True, ignore=ignore)
     if state is not None:
-        state["batches"] = batch_log(run, name).read(state["log_size"])
+        state["batches"] = run.log(name).read(state["log_size"])
         return state
     return run.final_weights(name).load(config, force=True, ignore=ignore)
 
 
-def train(run, model, train_set, test_set, epochs, batch_size, checkpoint_every, seed,
-          stopper=None):
+def train(run, model, train_set, test_set, epochs, batch_size, checkpoint_every):
     """Train `model` for `epochs` epochs (continuing a checkpoint under --resume); returns the
     final state, with state["batches"] the per-batch log. Batches: a fresh permutation each
     epoch, the last partial batch dropped (a new batch size would retrace TensorFlow's
     functions), each image randomly cropped (padding 4). After each epoch the test set is
-    evaluated. A run that finishes also writes its final weights (Run.final_weights)."""
+    evaluated. A run that finishes also writes its final weights (Run.final_weights). This is
+    MNIST's own loop rather than common.fit: it works in epochs of shuffled batches and keeps the
+    epoch's permutation and running sums in its checkpoint."""
     images, labels = train_set
     config = train_config(run, model, train_set, test_set, epochs, batch_size)
     ckpt = run.checkpoint(model.name)
-    log = batch_log(run, model.name)
+    log = run.log(model.name)
     state = ckpt.load(config)
     if state is None:
-        state = fresh_state(model, seed, config)
+        state = fresh_state(model, run.seed, config)
     log.restore(state["log_size"])
-    stopper = stopper or StopAfter()
     opt = SGD(BASE_LR, MOMENTUM)
     opt.load_state_dict(state["opt"])
     rng = np.random.RandomState()
@@ -155,14 +150,14 @@ def train(run, model, train_set, test_set, epochs, batch_size, checkpoint_every,
                          log_size=log.size())
             if (b + 1) % checkpoint_every == 0 and b + 1 < n_batches:
                 ckpt.save(state)
-            stopper.tick()
+            run.stopper.tick()
         rows = _epoch_rows(log, state)
         state["history"].append(_epoch_summary(model, params, state, rows, epoch, lr, test_set,
                                                batch_size))
         state.update(epoch=epoch + 1, batch=0, perm=None, running=None)
         ckpt.save(state)
     state["batches"] = log.read(state["log_size"])
-    if not getattr(run.args, "evaluate_only", False):
+    if not run.args.evaluate_only:
         keep = ("config", "params", "epoch", "history", "n_params", "batches")
         run.final_weights(model.name).save({k: state[k] for k in keep} | {"log_size": 0})
     return state

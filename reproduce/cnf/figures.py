@@ -1,10 +1,8 @@
 """The figures: Figure 4 (densities, samples, loss against K/M), Figure 6 (the CNF's densities and
 samples along its time, the NF and the data), and the training curves."""
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+from reproduce.common import pyplot, save_figure
 
 
 def _density(ax, grid, log_q, title=None):
@@ -41,6 +39,7 @@ def _figure4_layout(panels, draw, title, path, results=None):
     names = list(panels)
     sizes = list(panels[names[0]]["nf"])
     extra = 1 if results is not None else 0
+    plt = pyplot()
     fig, axes = plt.subplots(len(names), 1 + 2 * len(sizes) + extra,
                              figsize=(2.0 * (1 + 2 * len(sizes)) + 3.0 * extra,
                                       2.1 * len(names)), squeeze=False)
@@ -57,9 +56,7 @@ def _figure4_layout(panels, draw, title, path, results=None):
         if results is not None:
             _loss_panel(axes[r, -1], results[name], first=(r == 0))
     fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def _loss_panel(ax, row, first):
@@ -99,6 +96,7 @@ def figure6(path, panels, results):
     names = list(panels)
     fractions = panels[names[0]]["fractions"]
     cols = len(fractions) + 2
+    plt = pyplot()
     fig, axes = plt.subplots(2 * len(names), cols, figsize=(1.9 * cols, 2.0 * 2 * len(names)),
                              squeeze=False)
     for d, name in enumerate(names):
@@ -127,15 +125,14 @@ def figure6(path, panels, results):
         _mark(top[-1], progress.get("nf"))
     fig.suptitle("Figure 6 (Chen et al. 2018): CNF (M=64) and NF (K=64) trained by maximum "
                  "likelihood")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def training_curves(path, histories):
     """Training loss against iteration of every model (moving average over 1% of the run);
     keys are <figure>_<target>_<nf|cnf><size>, one panel per <figure>_<target>."""
     groups = list(dict.fromkeys(key.rsplit("_", 1)[0] for key in histories))
+    plt = pyplot()
     fig, axes = plt.subplots(1, len(groups), figsize=(3.2 * len(groups), 3.0), squeeze=False)
     for ax, group in zip(axes[0], groups):
         keys = [k for k in histories if k.rsplit("_", 1)[0] == group]
@@ -167,6 +164,4 @@ def training_curves(path, histories):
                     transform=ax.transAxes)
     fig.suptitle("Training curves (Figure 4: E_q[log q + U], NF annealed at first; "
                  "Figure 6: -log-likelihood)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path, dpi=100)

@@ -1,0 +1,132 @@
+"""The generated blocks of docs/benchmarks.md, from the benchmarks' JSON files in
+figures/benchmarks/ (written by the scripts in benchmarks/)."""
+import json
+import os
+
+from reproduce.markdown import FIGURES, table
+
+
+def benchmark(name):
+    path = os.path.join(FIGURES, "benchmarks", f"{name}.json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def spiral_demo_block():
+    data = benchmark("spiral_demo")
+    if data is None:
+        return "Spiral demo benchmark: not run yet (`python benchmarks/spiral_demo.py`)."
+    rows = [[r["solver"], f"{r['tol']:.0e}", 1e3 * r["median_s"], r["nfe_forward"],
+             r["nfe_backward"], f"{r['grad_rel_error']:.1e}", f"{r['vs_autograd']:.2f}",
+             f"{r['vs_torchdiffeq']:.2f}" if "vs_torchdiffeq" in r else "-"]
+            for r in data["rows"]]
+    return "\n\n".join([
+        f"`{data['command']}` ({data['date']}, {data['repeats']} interleaved repeats, median): "
+        "one forward + gradient of the spiral demo (MLP 2-50-2 on y**3, 20 segments of 10 "
+        "steps); gradient error against a tight-tolerance reference.",
+        table(["solver", "tol", "median ms", "NFE fwd", "NFE bwd", "grad rel. error",
+               "time / autograd", "time / torchdiffeq"], rows),
+        spiral_targets(data),
+        f"One evaluation of the MLP dynamics in the backward solve (autograd tracing them and "
+        f"running their VJP, as odeint_autograd does): "
+        f"{1e6 * data['evaluation']['autograd_value_and_vjp_s']:.0f} us; the dynamics alone in "
+        f"plain numpy: {1e6 * data['evaluation']['numpy_forward_s']:.0f} us."])
+
+
+def spiral_targets(data):
+    """Which of this project's rows meet the benchmark's targets (as the benchmark recorded
+    them), per tolerance."""
+    goal, rows, lines = data["targets"], data["rows"], []
+    for tol in sorted({r["tol"] for r in rows}, reverse=True):
+        ours = [r for r in rows if r["tol"] == tol and r["solver"].startswith("odeint_autograd")]
+        met = [r["solver"] for r in ours
+               if r["vs_autograd"] <= goal["vs_autograd_max"]
+               and r.get("vs_torchdiffeq", 0.0) <= goal["vs_torchdiffeq_max"]
+               and r["grad_rel_error"] <= goal["grad_rel_error_max"]]
+        lines.append(f"at tol {tol:.0e}: " + (", ".join(met) if met else "none of the rows"))
+    return (f"Targets: at most {goal['vs_autograd_max']}x the time of autograd's odeint and "
+            f"{goal['vs_torchdiffeq_max']}x torchdiffeq's adjoint, with a gradient error of at "
+            f"most {goal['grad_rel_error_max']:g}. Met " + "; ".join(lines) + ".")
+
+
+def memory_block():
+    data = benchmark("memory_scaling")
+    if data is None:
+        return "Memory benchmark: not run yet (`python benchmarks/memory_scaling.py`)."
+    rows = [[r["method"], r["T"], r["steps"], r["nfe"], r["peak_mb"]] for r in data["rows"]]
+    return "\n\n".join([
+        f"`{data['command']}` ({data['date']}): peak numpy memory (tracemalloc) of one loss + "
+        "gradient, batch 128 x 64, MLP dynamics, as the number of steps grows.",
+        table(["method", "T", "steps", "NFE", "peak MB"], rows)])
+
+
+def tf_overhead_block():
+    data = benchmark("tf_overhead")
+    if data is None:
+        return "TensorFlow overhead benchmark: not run yet (`python benchmarks/tf_overhead.py`)."
+    xla = benchmark("tf_overhead_xla")
+    parts = benchmark("tf_overhead_value_and_vjp")
+    runs = ([("", data)] + ([(" (XLA)", xla)] if xla else [])
+            + ([(" (value_and_vjp)", parts)] if parts else []))
+    rows = [[phase + label] + [run[phase][k] for k in ("wall_s", "tf_share", "scipy_share",
+                                                        "glue_share", "nfe", "tf_ms_per_call",
+                                                        "evaluation_ms", "scipy_ms_per_step")]
+            for label, run in runs for phase in ("forward", "backward")]
+    return "\n\n".join([
+        f"`{data.get('command')}` ({data.get('date')}): the MNIST ODE block (batch 128, "
+        "6x6x64) with Adams at tol 1e-3, split into time inside TensorFlow, scipy's own solver "
+        "time, and the project's glue."
+        + (f" The (XLA) rows: `{xla.get('command')}` ({xla.get('date')}), the same with "
+           "`tf_primitive(..., jit_compile=True)`." if xla else "")
+        + (f" The (value_and_vjp) rows: `{parts.get('command')}` ({parts.get('date')}), the "
+           "backward solve given only `value_and_vjp`, so that odeint negates and concatenates "
+           "the parts in numpy instead of TensorFlow doing it in `augmented_dynamics`."
+           if parts else ""),
+        table(["phase", "wall s", "TF share", "scipy share", "glue share", "NFE",
+               "TF ms per call", "ms per evaluation", "scipy ms/step"], rows),
+        "scipy alone, the same solver on states of the forward's and the backward's size with "
+        "dynamics that cost nothing (dy/dt = -y):",
+        table(["state", "numbers", "scipy ms/step", "ns per number per step"],
+              [[name.replace("_", " "), r["size"], r["scipy_ms_per_step"],
+                1e6 * r["scipy_ms_per_step"] / r["size"]]
+               for name, r in data["scipy_alone"].items()]),
+        f"One backward augmented evaluation takes {data['backward_evaluation_over_fused_call']:.2f}"
+        f"x one fused TensorFlow value+VJP call timed on its own, back to back "
+        f"({data['fused_value_vjp_call_ms']:.1f} ms; the target's measure)"
+        + (f", {data['backward_evaluation_over_augmented_call']:.2f}x the call it makes, "
+           "`augmented_dynamics` (the same plus the negations and the concatenation into one "
+           "array, inside TensorFlow), timed the same way "
+           f"({data['augmented_dynamics_call_ms']:.1f} ms)," if "augmented_dynamics_call_ms" in data else "")
+        + f" and {data['backward_evaluation_over_its_tf_call']:.2f}x its TensorFlow call as timed "
+        f"inside the solve ({data['backward']['tf_ms_per_call']:.1f} ms); the difference is the "
+        "project's glue (the copies of the state and the adjoint into TensorFlow, the finite "
+        "check, the Python between scipy and TensorFlow)."
+        f" The fused call takes {data['fused_call_after_work_ms']:.1f} ms when each one follows "
+        "20 ms of other work on the calling thread, as inside the solve (TensorFlow's threads "
+        "idle in between).",
+        tf_targets(data) + (" With XLA (an option, not the target's setting): "
+                            + tf_targets(xla, "") if xla else "")])
+
+
+def tf_targets(data, label="Targets: "):
+    """The tf_overhead benchmark's targets, met or not, from its results."""
+    goal = data["targets"]
+    glue = [f"{phase} {100 * data[phase]['glue_share']:.1f}%" for phase in ("forward", "backward")]
+    glue_max = goal["glue_share_max"]
+    glue_met = all(data[p]["glue_share"] <= glue_max for p in ("forward", "backward"))
+    ratio, ratio_max = (data["backward_evaluation_over_fused_call"],
+                        goal["backward_evaluation_over_fused_call_max"])
+    return (f"{label}glue at most {100 * glue_max:.0f}% of the wall time ({', '.join(glue)}: "
+            f"{'met' if glue_met else 'not met'}); a backward augmented evaluation at most "
+            f"{ratio_max}x one fused call ({ratio:.2f}x: "
+            f"{'met' if ratio <= ratio_max else 'not met'}).")
+
+
+def blocks():
+    """{block name: markdown} for docs/benchmarks.md."""
+    return {"benchmarks": "\n\n".join(["### Spiral demo: against autograd and torchdiffeq",
+                                         spiral_demo_block(), "### Memory: adjoint O(1), "
+                                         "direct backprop O(steps)", memory_block()]),
+            "tf_overhead": tf_overhead_block()}

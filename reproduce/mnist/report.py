@@ -1,0 +1,78 @@
+"""The MNIST section of the report: Table 1 beside the published numbers, the memory slopes and
+Figure 3."""
+from reproduce import published
+from reproduce.markdown import (best, choices_block, duration_row, figure_links, fmt, image,
+                                minutes, not_run, run_line, table)
+
+from .figures import table1
+from .models import LABELS, NAMES
+
+TITLE = "Table 1 and Figure 3: MNIST (Section 3)"
+
+
+def section(runs):
+    record = best(runs)
+    if record is None:
+        return not_run(TITLE)
+    res = record["results"]
+    slopes = (res.get("memory") or {}).get("slopes_mb", {})
+    fig3 = res.get("figure3") or {}
+    bullets = []
+    if slopes:
+        bullets.append(f"- Memory (Table 1's O() column, measured): ResNet "
+                       f"+{slopes.get('resnet_per_block', 0):.2f} MB per residual block (O(L)); "
+                       f"RK-Net (RK4, direct backprop) +{slopes.get('rk4_per_nfe', 0):.2f} MB per "
+                       f"function evaluation (O(L~)); ODE-Net (adjoint) "
+                       f"+{slopes.get('odenet_per_nfe', 0):.4f} MB per function evaluation "
+                       f"(O(1)).")
+    if fig3:
+        ratio = fig3.get("backward_over_forward_training")
+        per_epoch = [f"{e['mean_nfe_forward']:.1f}" for e in fig3.get("training_nfe_per_epoch",
+                                                                          [])]
+        bullets.append(f"- Figure 3(c): backward NFE / forward NFE during training = "
+                       f"{fmt(ratio)} (published: {published.FIGURE3['c']}).")
+        bullets.append(f"- Figure 3(d): mean forward NFE per epoch: {', '.join(per_epoch)} "
+                       f"(published: {published.FIGURE3['d']}).")
+        rows = [[r["tol"], r["nfe_forward"], r["relative_error"], r["forward_seconds"],
+                 r.get("nfe_backward")] for r in fig3.get("rows", [])]
+        bullets.append("- Figure 3(a, b), tolerance sweep of the trained ODE-Net (error against "
+                       f"a solve at tol {fig3.get('reference', {}).get('tol')}):\n\n"
+                       + table(["tol", "NFE fwd", "relative error", "forward s", "NFE bwd"],
+                               rows))
+    return "\n\n".join([
+        f"## {TITLE}",
+        run_line(record),
+        "Table 1, measured beside published.",
+        table1(res["table1"], published.TABLE1),
+        "Commands of the training runs behind the table:\n\n" + "\n".join(
+            f"- {LABELS[name]}: `{res['table1'][name]['command']}` "
+            f"({res['table1'][name]['date']})" for name in NAMES if res["table1"].get(name)),
+        "\n".join(bullets),
+        figure_links(record, ["figure3.png", "memory.png"]),
+        choices_block(record)])
+
+
+def summary(runs):
+    record = best(runs)
+    if record is None:
+        return []
+    return [f"**Table 1, MNIST** ({record['mode']}: `{record['command']}`)",
+            table1(record["results"]["table1"], published.TABLE1),
+            image(record, "figure3.png", "Figure 3")]
+
+
+def durations(runs):
+    """A full run gathers models trained by several commands: one row per model, its time per
+    epoch of 60,000 images."""
+    rows = []
+    for mode, record in sorted(runs.items()):
+        if mode != "full":
+            rows.append(duration_row("mnist", record))
+            continue
+        for name in NAMES:
+            m = record["results"]["table1"].get(name)
+            if m and m.get("measured_epoch_seconds"):
+                rows.append(["mnist", "full", f"{LABELS[name]}, per epoch of 60,000 images: "
+                             f"`{m['command']}`", m["date"][:10],
+                             minutes(m["measured_epoch_seconds"])])
+    return rows

@@ -1,0 +1,235 @@
+"""The models of Table 2 as functions of parameter dicts: the latent ODE (recognition RNN,
+MLP dynamics, decoder), the RNN and RNN + dt baselines that run free past their last
+observation, two trivial baselines, their training objectives, and their scores."""
+import autograd.numpy as anp
+import numpy as np
+from autograd import value_and_grad
+
+from odeint_autograd import odeint
+from reproduce.latent import (MLPDynamics, encode, gaussian_log_density, init_mlp, init_rnn,
+                              kl_to_standard_normal, mlp, rnn_step, sample_z0, solve_union,
+                              time_gaps)
+
+from .data import SPIRAL, observed
+
+MODELS = ("rnn", "rnn_dt", "latent_ode")
+LABELS = {"rnn": "RNN", "rnn_dt": "RNN + dt", "latent_ode": "Latent ODE"}
+LATENT, HIDDEN_RNN, HIDDEN_MLP = 4, 25, 20
+# Every RNN (recognition and baselines) sees x / X_SCALE and time gaps in units of the grid step,
+# so that its tanh units start unsaturated; the baselines' outputs are scaled back by X_SCALE.
+X_SCALE, T_UNIT = 5.0, SPIRAL["stop"] / (SPIRAL["n_dense"] - 1)
+
+# ---------------------------------------------------------------------------------------------
+# Latent ODE
+
+
+def init_latent_ode(rng):
+    return {"rec": init_rnn(rng, 3, HIDDEN_RNN, 2 * LATENT),
+            "dyn": init_mlp(rng, LATENT, HIDDEN_MLP, LATENT),
+            "dec": init_mlp(rng, LATENT, HIDDEN_MLP, 2)}
+
+
+DYNAMICS = MLPDynamics("elu")
+
+
+def posterior(params, xs, times):
+    """(mu, logvar) of q(z0 | x) from the recognition RNN (scaled inputs)."""
+    return encode(params["rec"], xs / X_SCALE, time_gaps(0.0, times) / T_UNIT)
+
+
+def elbo_terms(params, xs, times, eps, solver, noise_std=SPIRAL["noise_std"], stats=None):
+    """Per series: log p(x | z0) at the reparameterised sample z0 = mu + sigma eps, and
+    KL(q(z0 | x) || N(0, I)). The ELBO is their difference."""
+    mu, logvar = posterior(params, xs, times)
+    z0 = sample_z0(mu, logvar, eps)
+    zs = solve_union(DYNAMICS, z0, 0.0, times, args=(params["dyn"],), stats=stats, **solver)
+    x_mean = mlp(params["dec"], zs, "relu")
+    log_px = anp.sum(gaussian_log_density(xs, x_mean, np.log(noise_std)), axis=(1, 2))
+    return log_px, kl_to_standard_normal(mu, logvar)
+
+
+def latent_ode_predict(params, xs, times, t_grid, solver, eps=None):
+    """Decoded means (B, len(t_grid), 2) and latent paths (B, len(t_grid), LATENT) from z0 =
+    the posterior mean (or the posterior sample mu + sigma eps)."""
+    mu, logvar = posterior(params, xs, times)
+    z0 = mu if eps is None else sample_z0(mu, logvar, eps)
+    zs = np.swapaxes(odeint(DYNAMICS, z0, t_grid, args=(params["dyn"],), **solver), 0, 1)
+    return mlp(params["dec"], zs, "relu"), zs
+
+
+# ---------------------------------------------------------------------------------------------
+# RNN baselines
+
+
+def init_rnn_baseline(rng, with_dt):
+    return init_rnn(rng, 2 + int(with_dt), HIDDEN_RNN, 4)  # read-out: mean (2), log-std (2)
+
+
+def _rnn_input(x, gap, with_dt):
+    x = x / X_SCALE
+    return anp.concatenate([x, gap[:, None] / T_UNIT], axis=1) if with_dt else x
+
+
+def _rnn_output(params, h):
+    """The mean and log-std of the next observation, in data units."""
+    out = anp.dot(h, params["Wo"]) + params["bo"]
+    return X_SCALE * out[:, :2], out[:, 2:] + np.log(X_SCALE)
+
+
+def rnn_nll(params, xs, times, with_dt):
+    """Mean over series of the Gaussian negative log-likelihood of each next observation."""
+    gaps = np.diff(times, axis=1)
+    h = np.zeros((len(xs), HIDDEN_RNN))
+    total = 0.0
+    for i in range(xs.shape[1] - 1):
+        h = rnn_step(params, h, _rnn_input(xs[:, i], gaps[:, i], with_dt))
+        total = total - anp.sum(gaussian_log_density(xs[:, i + 1], *_rnn_output(params, h)))
+    return total / len(xs)
+
+
+def rnn_run(params, xs, gaps, n_free, with_dt):
+    """Teacher-forced one-step predictions of observations 2..n (B, n-1, 2), then n_free
+    free-running predictions (B, n_free, 2), each fed back as the next input. gaps (B, n - 1 +
+    n_free): the time from each input to the prediction it makes (RNN + dt reads it)."""
+    n = xs.shape[1]
+    h = np.zeros((len(xs), HIDDEN_RNN))
+    x, means = xs[:, 0], []
+    for i in range(n - 1 + n_free):
+        h = rnn_step(params, h, _rnn_input(x, gaps[:, i], with_dt))
+        means.append(_rnn_output(params, h)[0])
+        x = xs[:, i + 1] if i + 1 < n else means[-1]
+    means = np.stack(means, axis=1)
+    return means[:, :n - 1], means[:, n - 1:]
+
+
+def rnn_predict(params, xs, times, t_future, with_dt, step):
+    """One-step predictions of observations 2..n (B, n-1, 2) and the means at t_future
+    (B, len(t_future), 2).
+
+    After the last observation an RNN runs free, each prediction fed back as its next input.
+    Its k-th free-running step is placed at t_last + k * step (step: the mean gap between the
+    observations it was trained on; the RNN + dt is told that gap, the plain RNN never sees
+    time), and its path, from the last observation on, is interpolated linearly onto t_future:
+    stepping at the gaps it was trained on keeps the number of fed-back predictions (and their
+    compounding error) that of its training sequences."""
+    t_future = np.asarray(t_future, dtype=float)
+    if step is None or not step > 0:
+        raise ValueError(f"an RNN needs the positive time of one of its steps, not {step}")
+    t_last = times[:, -1]
+    n_free = int(np.ceil((t_future[-1] - t_last.min()) / step)) + 1
+    gaps = np.concatenate([np.diff(times, axis=1), np.full((len(xs), n_free), step)], axis=1)
+    recon, free = rnn_run(params, xs, gaps, n_free, with_dt)
+    placed = t_last[:, None] + step * np.arange(n_free + 1)
+    path = np.concatenate([xs[:, -1:], free], axis=1)
+    at_future = np.stack([np.stack([np.interp(t_future, placed[b], path[b, :, c])
+                                    for c in range(2)], axis=-1) for b in range(len(xs))])
+    return recon, at_future
+
+
+def mean_gap(times):
+    """The mean time between consecutive observations (times (B, n), n >= 2)."""
+    return float(np.mean(np.diff(times, axis=1)))
+
+
+def last_observation(xs, t_future):
+    """The trivial baseline: the last observation repeated at every future time."""
+    return np.repeat(xs[:, -1:], len(t_future), axis=1)
+
+
+def linear_extrapolation(xs, times, t_future, k=5):
+    """A straight line fitted by least squares to each series' last k observations."""
+    t, x = times[:, -k:], xs[:, -k:]
+    tc = t - t.mean(1, keepdims=True)
+    slope = (np.sum(tc[..., None] * (x - x.mean(1, keepdims=True)), axis=1)
+             / np.sum(tc ** 2, axis=1)[:, None])
+    return x.mean(1)[:, None] + slope[:, None] * (t_future[None, :, None]
+                                                  - t.mean(1)[:, None, None])
+
+
+# ---------------------------------------------------------------------------------------------
+# Objectives for `train`
+
+
+def latent_ode_objective(xs, times, solver, batch_size=None):
+    """-ELBO per series of a minibatch of batch_size series (all of them if None), drawn from the
+    model's generator, with one reparameterised sample each."""
+    def loss_and_grad(params, rng, stats):
+        rows = (np.arange(len(xs)) if batch_size is None or batch_size >= len(xs)
+                else np.sort(rng.choice(len(xs), batch_size, replace=False)))
+        eps = rng.randn(len(rows), LATENT)
+
+        def negative_elbo(p):
+            log_px, kl = elbo_terms(p, xs[rows], times[rows], eps, solver, stats=stats)
+            return -anp.mean(log_px - kl)
+
+        return value_and_grad(negative_elbo)(params)
+
+    return loss_and_grad
+
+
+def rnn_objective(xs, times, with_dt):
+    def loss_and_grad(params, rng, stats):
+        return value_and_grad(rnn_nll)(params, xs, times, with_dt)
+
+    return loss_and_grad
+
+
+# ---------------------------------------------------------------------------------------------
+# Evaluation
+
+
+def rmse(pred, target):
+    return float(np.sqrt(np.mean((pred - target) ** 2)))
+
+
+def predict(model, params, data, n, rows, solver, step=None):
+    """Each model's predictions (B, extrap, 2) at the extrapolation times t_100..t_199 of the
+    given spirals, from their n noisy observations."""
+    w = SPIRAL["window"]
+    xs, times = observed(data, n, rows)
+    if model == "latent_ode":
+        return latent_ode_predict(params, xs, times, data["t"], solver)[0][:, w:]
+    if model in ("rnn", "rnn_dt"):
+        return rnn_predict(params, xs, times, data["t"][w:], model == "rnn_dt", step)[1]
+    if model == "last_observation":
+        return last_observation(xs, data["t"][w:])
+    if model == "linear":
+        return linear_extrapolation(xs, times, data["t"][w:])
+    raise ValueError(f"unknown model {model!r}")
+
+
+def score_predictions(pred, data, rows):
+    """RMSE of predictions (B, extrap, 2) at the extrapolation times of the given spirals against
+    their noisy and their noise-free points (root of the mean over series, times and both
+    coordinates)."""
+    w = SPIRAL["window"]
+    return {"rmse_noisy": rmse(pred, data["noisy"][rows, w:]),
+            "rmse_clean": rmse(pred, data["clean"][rows, w:])}
+
+
+def score(model, params, data, n, rows, solver, step=None):
+    """score_predictions of one model's predictions from n observations."""
+    return score_predictions(predict(model, params, data, n, rows, solver, step), data, rows)
+
+
+def evaluate(model, params, data, n, solver, seed, step=None):
+    """Test-set RMSE (noisy and noise-free) and the test ELBO (latent ODE) or NLL (RNNs) of the
+    observations."""
+    rows = data["test"]
+    result = score(model, params, data, n, rows, solver, step)
+    xs, times = observed(data, n, rows)
+    if model == "latent_ode":
+        eps = np.random.RandomState(seed).randn(len(rows), LATENT)
+        log_px, kl = elbo_terms(params, xs, times, eps, solver)
+        result["test_elbo"] = float(np.mean(log_px - kl))
+    elif model in ("rnn", "rnn_dt"):
+        result["test_nll"] = float(rnn_nll(params, xs, times, model == "rnn_dt"))
+    return result
+
+
+def decoded_direction(xy):
+    """+1 if a 2-D path turns counter-clockwise around its centroid on average, -1 if clockwise
+    (the sign of the mean angular velocity, the cross product of position and velocity)."""
+    p = xy - xy.mean(axis=0)
+    v = np.diff(xy, axis=0)
+    return int(np.sign(np.mean(p[:-1, 0] * v[:, 1] - p[:-1, 1] * v[:, 0])))
