@@ -18,6 +18,9 @@ setup(
         "tf-gpu": ["tensorflow[and-cuda]>=2.16"],
         "reproduce": ["tqdm>=4.60", "matplotlib>=3.7"],
         "bench": ["torch==2.13.0", "torchdiffeq>=0.2.3"],
-        "dev": ["pytest>=7", "pytest-timeout>=2"],
+        # Ray for --executor ray (python -m reproduce NAME --executor ray; docs/cluster.md)
+        "cluster": ["ray[default]>=2.9"],
+        # ray's core (about 7 s and 265 MB to install) so that the tests of the ray executor run
+        "dev": ["pytest>=7", "pytest-timeout>=2", "ray>=2.9"],
     },
 )

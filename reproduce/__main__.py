@@ -2,8 +2,13 @@
 
 EXPERIMENTS is the registry: each entry is a package reproduce/NAME/ with the same shape
 (experiment.py: SETTINGS, CHOICES, units(run), main(argv); figures.py; report.py: its section of
-the report). `all` runs them in this order and the report composes their sections in it."""
+the report). `all` runs them in this order and the report composes their sections in it.
+
+--executor processes|ray runs the experiments' units of work side by side (reproduce/runner.py),
+then evaluates each experiment from what its units wrote; with `all`, the folder flags (--out,
+--checkpoint-dir, --weights-dir) name parent folders, each experiment writing into NAME/ there."""
 import importlib
+import os
 import sys
 import time
 import traceback
@@ -19,8 +24,11 @@ EXPERIMENTS = {
 USAGE = """usage: python -m reproduce list
        python -m reproduce units NAME [--smoke | --quick | --full] [...]
        python -m reproduce NAME [--smoke | --quick | --full] [--seed S] [--resume] [...]
-       python -m reproduce all [--smoke | --quick | --full] [--seed S]
-       python -m reproduce report"""
+       python -m reproduce all [--smoke | --quick | --full] [--seed S] [...]
+       python -m reproduce report
+options of NAME and all: --executor local | processes [--workers N] | ray [--workers N |
+       --address ADDR] (local: one unit after another in this process, the default)"""
+FOLDER_FLAGS = ("--out", "--checkpoint-dir", "--weights-dir")
 
 
 def main(argv=None):
@@ -42,24 +50,22 @@ def main(argv=None):
     if command == "report":
         from reproduce import report
         return report.main(rest)
-    if command == "all":
-        failed = []
-        for name in EXPERIMENTS:
-            start = time.time()
-            print(f"==> python -m reproduce {name} {' '.join(rest)}", flush=True)
-            try:
-                if _run(name, rest):
-                    failed.append(name)
-            except Exception:  # noqa: BLE001 -- run the others, then fail
-                traceback.print_exc()
-                failed.append(name)
-            print(f"<== {name}: {time.time() - start:.0f} s", flush=True)
+    if command == "all" or command in EXPERIMENTS:
+        from reproduce.runner import parse_options
+        options, rest = parse_options(rest)
+        if command == "all":
+            argvs = {name: _own_folders(name, rest) for name in EXPERIMENTS}
+        else:
+            argvs = {command: rest}
+        if options.executor != "local":
+            return _fan_out(argvs, options, report=command == "all")
+        if command != "all":
+            return _run(command, rest)
+        failed = [name for name, argv in argvs.items() if _timed(name, argv)]
         if failed:
             print(f"failed: {', '.join(failed)}", file=sys.stderr)
             return 1
         return 0
-    if command in EXPERIMENTS:
-        return _run(command, rest)
     print(f"unknown experiment {command!r}\n{USAGE}", file=sys.stderr)
     return 2
 
@@ -68,6 +74,54 @@ def _units(name, argv):
     """Print the independent units of work of one experiment, one a line (for --only)."""
     experiment = importlib.import_module(EXPERIMENTS[name][0] + ".experiment")
     print("\n".join(experiment.units(experiment.make_run(argv))))
+    return 0
+
+
+def _own_folders(name, argv):
+    """argv with the value of each folder flag (FOLDER_FLAGS) extended by /NAME."""
+    argv = list(argv)
+    for i, arg in enumerate(argv):
+        flag, equals, value = arg.partition("=")
+        if flag in FOLDER_FLAGS and equals:
+            argv[i] = f"{flag}={os.path.join(value, name)}"
+        elif flag in FOLDER_FLAGS and i + 1 < len(argv):
+            argv[i + 1] = os.path.join(argv[i + 1], name)
+    return argv
+
+
+def _timed(name, argv):
+    """Run one experiment between two banner lines; nonzero if it failed (or raised)."""
+    start = time.time()
+    print(f"==> python -m reproduce {name} {' '.join(argv)}", flush=True)
+    try:
+        code = _run(name, argv)
+    except Exception:  # noqa: BLE001 -- run the others, then fail
+        traceback.print_exc()
+        code = 1
+    print(f"<== {name}: {time.time() - start:.0f} s", flush=True)
+    return code
+
+
+def _fan_out(argvs, options, report):
+    """Run every unit of the experiments with the executor, then evaluate each experiment whose
+    units all finished (the --resume run without --only), then, for `all` in the default
+    folders (quick or full), write the report."""
+    from reproduce import runner
+    plans = {name: runner.plan(name, argv) for name, argv in argvs.items()}
+    failures = runner.run_units([u for units, _ in plans.values() for u in units], options)
+    failed = []
+    for name, (units, run) in plans.items():
+        errors = [failures[u] for u in units if failures[u] is not None]
+        for error in errors:
+            print(f"python -m reproduce {name}: error: {error}", file=sys.stderr)
+        if errors or (not run.partial and _timed(name, argvs[name] + ["--resume"])):
+            failed.append(name)
+    if failed:
+        print(f"failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    if report and all(run.mode != "smoke" and run.args.out is None for _, run in plans.values()):
+        from reproduce import report as report_module
+        return report_module.main([]) or 0
     return 0
 
 
