@@ -1,0 +1,189 @@
+"""The runner (reproduce/runner.py): units side by side in local processes or Ray tasks give the
+numbers of one local run, and a unit killed with its worker is retried from its checkpoint."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from reproduce import runner
+from reproduce.__main__ import _own_folders
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NEEDS_RAY = "ray is not installed (pip install -e .[cluster])"
+
+# Imported by every Python process of a run (PYTHONPATH): a unit's process (python -m reproduce
+# ... --only UNIT) kills itself, or its parent (a Ray worker), right after its first checkpoint
+# (once per unit), and every checkpoint loaded is recorded with the unit process's threads.
+KILL_HOOK = """
+import json, os, signal, sys, time
+from reproduce import common
+
+_save, _load, _dir = common.Checkpoint.save, common.Checkpoint.load, os.environ["KILL_HOOK_DIR"]
+
+def _record(**what):
+    with open(os.path.join(_dir, "events.jsonl"), "a") as f:
+        f.write(json.dumps(what) + "\\n")
+
+def save(self, state):
+    _save(self, state)
+    marker = os.path.join(_dir, os.path.basename(self.path) + ".killed")
+    if "--only" in sys.argv and not os.path.exists(marker):
+        open(marker, "w").close()
+        if os.environ["KILL_HOOK"] == "parent":
+            os.kill(os.getppid(), signal.SIGKILL)
+            time.sleep(2)  # the parent's death kills this process first
+            _record(unit=os.path.basename(self.path), survived_its_worker=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+def load(self, *args, **kwargs):
+    state = _load(self, *args, **kwargs)
+    if state is not None and "--only" in sys.argv:
+        _record(unit=os.path.basename(self.path), step=state["step"],
+                threads=[os.environ.get(v) for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
+                                                     "GPU_DYNAMICS_THREADS")])
+    return state
+
+common.Checkpoint.save, common.Checkpoint.load = save, load
+"""
+
+
+def reproduce(tmp, name, *flags, env=None):
+    """python -m reproduce NAME --smoke in tmp's folders; the results' numbers (no timings)."""
+    out = subprocess.run([sys.executable, "-m", "reproduce", name, "--smoke", "--out",
+                          str(tmp / "out"), "--checkpoint-dir", str(tmp / "ckpt"), *flags],
+                         cwd=ROOT, capture_output=True, text=True, timeout=600,
+                         env=dict(os.environ, **(env or {})))
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    with open(tmp / "out" / "results.json") as f:
+        return numbers(json.load(f)["results"])
+
+
+def numbers(tree):
+    """The results without what is measured in seconds."""
+    if isinstance(tree, dict):
+        return {k: numbers(v) for k, v in tree.items() if "second" not in k}
+    if isinstance(tree, list):
+        return [numbers(v) for v in tree]
+    return tree
+
+
+@pytest.fixture(scope="module")
+def local_numbers(tmp_path_factory):
+    """The numbers of each experiment run with --executor local (computed once)."""
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            cache[name] = reproduce(tmp_path_factory.mktemp(f"local_{name}"), name,
+                                    "--executor", "local")
+        return cache[name]
+    return get
+
+
+def with_kill_hook(tmp_path, victim):
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(textwrap.dedent(KILL_HOOK))
+    path = os.pathsep.join(p for p in (str(hook), os.environ.get("PYTHONPATH")) if p)
+    return {"PYTHONPATH": path, "KILL_HOOK": victim, "KILL_HOOK_DIR": str(hook)}
+
+
+def events(tmp_path):
+    with open(tmp_path / "hook" / "events.jsonl") as f:
+        return [json.loads(line) for line in f]
+
+
+def test_units_run_with_resume_the_drivers_folders_and_their_declared_threads(tmp_path):
+    argv = ["--smoke", "--checkpoint-dir", str(tmp_path / "ckpt")]
+    units, run = runner.plan("spirals", argv)
+    assert [u.name for u in units] == runner.importlib.import_module(
+        "reproduce.spirals.experiment").units(run)
+    unit = units[0]
+    assert unit.threads == 1 and not unit.gpu and unit.ckpt_dir == str(tmp_path / "ckpt")
+    assert unit.argv[-5:] == ("--weights-dir", run.weights_dir, "--resume", "--only", unit.name)
+    assert ("--out", run.out_dir) == unit.argv[unit.argv.index("--out"):][:2]
+    units, run = runner.plan("spirals", argv + ["--only", "rnn_n30_seed0", "rnn_n50_seed0"])
+    assert [u.name for u in units] == ["rnn_n30_seed0", "rnn_n50_seed0"] and run.partial
+    mnist, _ = runner.plan("mnist", ["--smoke"])
+    assert {(u.threads, u.gpu) for u in mnist} == {(2, True)}
+
+
+def test_runner_options_are_not_the_experiments():
+    options, rest = runner.parse_options(["--full", "--executor", "ray", "--seeds", "0", "1",
+                                          "--address", "auto", "--only", "a"])
+    assert (options.executor, options.address, options.workers) == ("ray", "auto", None)
+    assert rest == ["--full", "--seeds", "0", "1", "--only", "a"]
+    for bad in (["--workers", "2"], ["--address", "x", "--executor", "processes"],
+                ["--executor", "ray", "--address", "x", "--workers", "2"]):
+        with pytest.raises(SystemExit):
+            runner.parse_options(bad)
+
+
+def test_all_gives_each_experiment_its_own_folders():
+    assert _own_folders("cnf", ["--smoke", "--out", "/o", "--checkpoint-dir=/c", "--seed", "1",
+                                "--weights-dir", "w"]) == [
+        "--smoke", "--out", os.path.join("/o", "cnf"), "--checkpoint-dir=" + os.path.join(
+            "/c", "cnf"), "--seed", "1", "--weights-dir", os.path.join("w", "cnf")]
+
+
+def test_a_worker_that_cannot_see_the_checkpoint_folder_says_which(tmp_path):
+    token = runner._leave_token(str(tmp_path))
+    runner.check_shared(str(tmp_path), token)
+    with pytest.raises(runner.SharedFolderError, match=f"cannot see the driver's checkpoint "
+                                                       f"folder {tmp_path / 'elsewhere'} "):
+        runner.check_shared(str(tmp_path / "elsewhere"), token)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("executor", ["processes", "ray"])
+@pytest.mark.parametrize("name", ["spirals", "poisson"])
+def test_executors_give_the_numbers_of_a_local_run(tmp_path, local_numbers, name, executor):
+    if executor == "ray":
+        pytest.importorskip("ray", reason=NEEDS_RAY)
+    assert reproduce(tmp_path, name, "--executor", executor, "--workers", "2") == \
+        local_numbers(name)
+    assert not [f for f in os.listdir(tmp_path / "ckpt") if f.startswith(".driver")]
+
+
+@pytest.mark.slow
+def test_a_killed_unit_is_retried_from_its_checkpoint(tmp_path, local_numbers):
+    """Each spirals unit's process is killed (SIGKILL) after its first checkpoint (step 2 of 5):
+    the processes executor runs it again, from step 2, and the numbers are those of one run."""
+    env = with_kill_hook(tmp_path, "self")
+    assert reproduce(tmp_path, "spirals", "--executor", "processes", "--workers", "2",
+                     env=env) == local_numbers("spirals")
+    resumed = events(tmp_path)
+    units = [u.name for u in runner.plan("spirals", ["--smoke"])[0]]
+    assert sorted(e["unit"] for e in resumed) == sorted(f"{u}.ckpt" for u in units)
+    assert {e["step"] for e in resumed} == {2}
+    assert {tuple(e["threads"]) for e in resumed} == {("1", "1", "1")}
+
+
+@pytest.mark.slow
+def test_a_killed_ray_worker_is_replaced_and_its_unit_resumed(tmp_path, local_numbers):
+    """The Ray worker running the Poisson unit is killed after the unit's first checkpoint: the
+    unit's process dies with it, Ray retries the task, and it resumes from step 2."""
+    pytest.importorskip("ray", reason=NEEDS_RAY)
+    env = with_kill_hook(tmp_path, "parent")
+    assert reproduce(tmp_path, "poisson", "--executor", "ray", "--workers", "2",
+                     env=env) == local_numbers("poisson")
+    assert events(tmp_path) == [{"unit": "latent_ode.ckpt", "step": 2,
+                                 "threads": ["1", "1", "1"]}]
+
+
+@pytest.mark.slow
+def test_the_executor_benchmark_runs_in_smoke_mode(tmp_path):
+    pytest.importorskip("ray", reason=NEEDS_RAY)
+    out = tmp_path / "executors.json"
+    done = subprocess.run([sys.executable, os.path.join("benchmarks", "executors.py"), "--smoke",
+                           "--experiment", "poisson", "--out", str(out)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    record = json.loads(out.read_text())
+    assert set(record["wall_s"]) == {"local", "processes", "ray"}
+    assert all(t > 0 for t in record["wall_s"].values())
+    assert record["speedup_over_local"]["local"] == 1.0
+    assert "--executor ray" in record["commands"]["ray"] and record["machine"]["cpus"]
