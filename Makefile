@@ -4,7 +4,7 @@
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
-DATA_DIR ?= $(if $(wildcard ../shared/data/mnist),../shared/data/mnist,$(HOME)/.cache/neural-odes/mnist)
+DATA_DIR ?= $(or $(NEURAL_ODES_DATA),$(HOME)/.cache/neural-odes/mnist)
 
 .PHONY: reproduce test install bench clean
 

@@ -83,10 +83,9 @@ def odeint(func, y0, t, args=(), *, rtol=DEFAULT_TOL, atol=DEFAULT_TOL, method="
     stats: a SolverStats that receives NFE and step counts.
 
     A func may offer the backward solve a fused call (gpu_dynamics' primitives do):
-    `func.augmented_dynamics(a, y, t, *args, want_t, want_args)`, the flat derivative
-    [f, -a^T df/dy, -a^T df/dargs (float args in order, if want_args), -a^T df/dt (if want_t)]
-    in any float dtype, or `func.value_and_vjp(g, y, t, *args) -> (f, g_y, g_t, g_args)`; else
-    autograd traces it.
+    `func.value_and_vjp(g, y, t, *args) -> (f, g_y, g_t, g_args)`, f and the vector-Jacobian
+    products g^T df/dy, g^T df/dt and g^T df/dargs (a tuple like args) from one call; else
+    autograd traces func.
 
     Raises ValueError for bad arguments, and ODESolverError when a solve fails (saying whether the
     forward or an adjoint solve, and the time reached) or when the installed scipy is known to
@@ -182,10 +181,6 @@ def _solve_adjoint(func, y0, t, args, opts, stats):
             g_leaves, _ = _flatten(tuple(g_args))
             return (f, g_y, g_t) + tuple(g_leaves[i] for i in floats)
         flat_func.value_and_vjp = value_and_vjp
-    assembled = getattr(func, "augmented_dynamics", None)
-    if assembled is not None:  # its parameter part follows the float args in order already
-        flat_func.augmented_dynamics = lambda a, y, tt, *values, **kw: assembled(
-            a, y, tt, *with_floats(values), **kw)
 
     return odeint_adjoint(y0, t, *[leaves[i] for i in floats], func=flat_func, opts=opts,
                           stats=stats)
@@ -276,9 +271,8 @@ def _check_output(func, shape):
                              f"shape {shape}")
         return f
 
-    for protocol in ("value_and_vjp", "augmented_dynamics"):  # the adjoint's fused calls
-        if hasattr(func, protocol):
-            setattr(checked, protocol, getattr(func, protocol))
+    if hasattr(func, "value_and_vjp"):  # the adjoint's fused call
+        checked.value_and_vjp = func.value_and_vjp
     return checked
 
 

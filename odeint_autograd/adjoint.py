@@ -109,20 +109,15 @@ def _augmented_dynamics(func, shape, want_t, want_args):
     """The dynamics of s = [z, a, a_theta, a_t] (a_theta and a_t only when wanted)."""
     n = int(np.prod(shape))
     fused = getattr(func, "value_and_vjp", None)
-    assembled = getattr(func, "augmented_dynamics", None)
 
     def aug(s, t, *args):
         if any(isbox(x) for x in (s, t) + args):
             return _augmented_step(anp, s, t, args, value_and_vjp_fn)
-        if assembled is not None:  # the whole derivative from func's own fused call
-            ds = assembled(np.reshape(s[n:2 * n], shape), np.reshape(s[:n], shape), t, *args,
-                           want_t=want_t, want_args=want_args)
-            if np.shape(ds) != np.shape(s) or not np.issubdtype(np.result_type(ds), np.floating):
-                raise ValueError(f"func.augmented_dynamics returned {np.result_type(ds)} of shape "
-                                 f"{np.shape(ds)}; the augmented state [z, a, a_args, a_t] is "
-                                 f"real, of shape {np.shape(s)}")
-            return ds
-        return _augmented_step(np, s, t, args, fused or value_and_vjp_fn)  # plain numpy: faster
+        ds = _augmented_step(np, s, t, args, fused or value_and_vjp_fn)  # plain numpy: faster
+        if ds.shape != np.shape(s):
+            raise ValueError(f"func.value_and_vjp's parts add up to {ds.size} numbers; the "
+                             f"augmented state [z, a, a_args, a_t] has {np.size(s)}")
+        return ds
 
     def value_and_vjp_fn(g, z, t, *args):
         wrt = (0, 1) + tuple(range(2, 2 + len(args)) if want_args else ())

@@ -134,15 +134,19 @@ def test_value_and_vjp_with_an_int_argument():
         assert rel_err(a, b) < 1e-8
 
 
-def test_a_wrong_augmented_dynamics_is_refused():
+def test_a_wrong_value_and_vjp_is_refused():
     f = tf_primitive(mlp_tf, dtype=f64)
     rng = np.random.RandomState(3)
     y0, params = rng.randn(2, 3), mlp_params(rng)
 
     def bad(y, t, *p):
         return f(y, t, *p)
-    bad.augmented_dynamics = lambda a, y, t, *p, **kw: np.zeros(3)
-    with pytest.raises(ValueError, match="augmented_dynamics returned .*shape"):
+
+    def short(g, y, t, *p):  # a VJP with respect to y of the wrong size
+        value, g_y, g_t, g_p = f.value_and_vjp(g, y, t, *p)
+        return value, np.ravel(g_y)[:-1], g_t, g_p
+    bad.value_and_vjp = short
+    with pytest.raises(ValueError, match="value_and_vjp's parts add up to"):
         autograd.grad(lambda y: anp.sum(odeint(bad, y, [0.0, 1.0], tuple(params))))(y0)
 
 

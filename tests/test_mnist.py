@@ -2,8 +2,8 @@
 models (shapes, parameter counts, gradients against finite differences and ODE-Net's adjoint
 against direct backprop through Runge-Kutta), a training step, resume after a kill, a --smoke run.
 
-The real MNIST files are looked for in $NEURAL_ODES_DATA (the Makefile points it at
-../shared/data/mnist); tests that need them are skipped when they are not there.
+The real MNIST files are looked for in $NEURAL_ODES_DATA (`make test` passes it on); tests that
+need them are skipped when they are not there.
 """
 import gzip
 import hashlib

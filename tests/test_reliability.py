@@ -164,20 +164,19 @@ def test_func_returning_one_reused_buffer_gives_the_right_answer(method):
 
 
 @pytest.mark.parametrize("adjoint_method", ("adams",) + RK_PAIRS)
-def test_augmented_dynamics_returning_one_reused_buffer_gives_the_right_gradient(adjoint_method):
-    """The fused backward protocol may reuse its output buffer too (y' = -k y, L = sum y(T))."""
-    buffers = {}
+def test_value_and_vjp_returning_reused_buffers_gives_the_right_gradient(adjoint_method):
+    """The fused backward call may reuse its output buffers too (y' = -k y, L = sum y(T))."""
+    f_out, gy_out = np.empty(len(Y0)), np.empty(len(Y0))
 
     def f(y, t, k):
         return -k * y
 
-    def augmented_dynamics(a, y, t, k, want_t, want_args):
-        parts = [-k * y, k * a] + [np.array([np.sum(a * y)])] * want_args + [np.zeros(1)] * want_t
-        out = buffers.setdefault((want_t, want_args), np.empty(sum(p.size for p in parts)))
-        out[:] = np.concatenate(parts)
-        return out
+    def value_and_vjp(g, y, t, k):
+        f_out[:] = -k * y
+        gy_out[:] = -k * g
+        return f_out, gy_out, 0.0, (-np.sum(g * y),)
 
-    f.augmented_dynamics = augmented_dynamics
+    f.value_and_vjp = value_and_vjp
     T, k = 2.0, 0.7
     loss = lambda y0, k: anp.sum(odeint(f, y0, [0.0, 1.0, T], (k,), method="adams",  # noqa: E731
                                         adjoint_method=adjoint_method, rtol=1e-10,
