@@ -151,13 +151,14 @@ def test_executors_give_the_numbers_of_a_local_run(tmp_path, local_numbers, name
 @pytest.mark.slow
 def test_a_killed_unit_is_retried_from_its_checkpoint(tmp_path, local_numbers):
     """Each spirals unit's process is killed (SIGKILL) after its first checkpoint (step 2 of 5):
-    the processes executor runs it again, from step 2, and the numbers are those of one run."""
+    the processes executor runs it again, from step 2 (each unit's checkpoint loaded once, at
+    step 2), and the numbers are those of one run."""
     env = with_kill_hook(tmp_path, "self")
     assert reproduce(tmp_path, "spirals", "--executor", "processes", "--workers", "2",
                      env=env) == local_numbers("spirals")
     resumed = events(tmp_path)
-    units = [u.name for u in runner.plan("spirals", ["--smoke"])[0]]
-    assert sorted(e["unit"] for e in resumed) == sorted(f"{u}.ckpt" for u in units)
+    assert sorted(e["unit"] for e in resumed) == sorted(
+        f for f in os.listdir(tmp_path / "ckpt") if f.endswith(".ckpt"))
     assert {e["step"] for e in resumed} == {2}
     assert {tuple(e["threads"]) for e in resumed} == {("1", "1", "1")}
 
