@@ -222,6 +222,32 @@ def test_elbo_against_direct_monte_carlo():
 # RNN baselines
 
 
+def test_encode_cut_hides_the_later_observations_from_the_recognition_network():
+    """With encode_cut the posterior reads only the observations before each series' cut (drawn
+    in [c, 1] of the window), while the likelihood scores them all."""
+    data = SD.make_dataset(40)
+    xs, times = SD.observed(data, 30, data["train"][:6])
+    window = SD.SPIRAL["window"] * SM.T_UNIT
+    seen = SM.encoder_sees(times, 0.6, np.random.RandomState(0))
+    assert seen[:, 0].all() and np.all(np.diff(seen.astype(int), axis=1) <= 0)  # a prefix
+    assert np.all(times[~seen] > 0.6 * window) and not seen.all()
+    params = SM.init_latent_ode(np.random.RandomState(11))
+    late = np.where(seen[..., None], xs, xs + 3.0)  # only the unseen observations move
+    np.testing.assert_array_equal(SM.posterior(params, xs, times, seen)[0],
+                                  SM.posterior(params, late, times, seen)[0])
+    assert not np.array_equal(SM.posterior(params, xs, times)[0],
+                              SM.posterior(params, late, times)[0])
+    # the objective draws the rows, the noise, then the cut, and scores every observation
+    solver = dict(method="adams", rtol=1e-6, atol=1e-6)
+    loss = SM.latent_ode_objective(xs, times, solver, encode_cut=0.6)(
+        params, np.random.RandomState(7), None)[0]
+    rng = np.random.RandomState(7)
+    eps = rng.randn(len(xs), SM.LATENT)
+    log_px, kl = SM.elbo_terms(params, xs, times, eps, solver,
+                               seen=SM.encoder_sees(times, 0.6, rng))
+    assert loss == pytest.approx(-np.mean(log_px - kl), rel=1e-12)
+
+
 def test_rnn_dt_uses_the_gaps_and_the_plain_rnn_does_not():
     rng = np.random.RandomState(8)
     xs = rng.randn(3, 6, 2)
@@ -314,8 +340,8 @@ def test_smoke_run_writes_results_and_resume_gives_the_same_numbers(tmp_path):
     assert _run(tmp_path, "whole") == 0
     record = json.loads((tmp_path / "whole" / "results.json").read_text())
     table = record["results"]["table2_rmse"]
-    assert set(table) == {"RNN", "RNN + dt", "Latent ODE", "Last observation",
-                          "Linear extrapolation"}
+    assert set(table) == {"RNN", "RNN + dt", "Latent ODE", "Latent ODE, window ELBO",
+                          "Last observation", "Linear extrapolation"}
     for row in table.values():
         assert set(row) == {"30", "50", "100"}
         for cell in row.values():
@@ -342,7 +368,7 @@ def test_training_split_by_n_then_gathered_gives_the_numbers_of_one_run(tmp_path
     assert _run(tmp_path, "byn", "--resume", "--train-only-n", "100") == 0
     assert not (tmp_path / "byn" / "results.json").exists()
     assert sorted(p.name for p in (tmp_path / "byn_ckpt").iterdir()) == sorted(
-        f"{m}_n100_seed0.{ext}" for m in ("latent_ode", "rnn_dt", "rnn")
+        f"{m}_n100_seed0.{ext}" for m in ("latent_ode", "latent_ode_elbo", "rnn_dt", "rnn")
         for ext in ("ckpt", "log.jsonl"))
     assert _run(tmp_path, "byn", "--resume", "--only", "latent_ode_n30_seed0",
                 "latent_ode_n50_seed0") == 0

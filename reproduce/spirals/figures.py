@@ -6,8 +6,8 @@ from reproduce.common import pyplot, save_figure
 from reproduce.latent import mlp
 
 from .data import N_OBS, SPIRAL, observed
-from .models import (DYNAMICS, LABELS, LATENT, MODELS, decoded_direction, latent_ode_predict,
-                     posterior, rnn_predict)
+from .models import (DYNAMICS, LABELS, LATENT, LATENT_MODELS, MODELS, decoded_direction,
+                     latent_ode_predict, posterior, rnn_predict)
 
 
 def figure_9(path, data, models, solver, seed, n=30, step=None):
@@ -85,13 +85,13 @@ def figure_10(path, data, params, solver, n=30, n_panels=6):
 
 def figure_training(path, histories):
     plt = pyplot()
-    fig, axes = plt.subplots(1, 3, figsize=(14, 3.8))
+    fig, axes = plt.subplots(1, len(MODELS), figsize=(4.7 * len(MODELS), 3.8))
     for ax, model in zip(axes, MODELS):
         for n in N_OBS:
             ax.plot(histories[model][n]["loss"], label=f"n = {n}")
         ax.set_title(LABELS[model])
         ax.set_xlabel("iteration")
-        ax.set_ylabel("-ELBO per series" if model == "latent_ode" else "NLL per series")
+        ax.set_ylabel("-ELBO per series" if model in LATENT_MODELS else "NLL per series")
         ax.set_yscale("symlog")
         ax.legend(fontsize=8)
     fig.suptitle("Training losses (Table 2 models)")

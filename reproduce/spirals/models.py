@@ -12,8 +12,10 @@ from reproduce.latent import (MLPDynamics, encode, gaussian_log_density, init_ml
 
 from .data import SPIRAL, observed
 
-MODELS = ("rnn", "rnn_dt", "latent_ode")
-LABELS = {"rnn": "RNN", "rnn_dt": "RNN + dt", "latent_ode": "Latent ODE"}
+MODELS = ("rnn", "rnn_dt", "latent_ode", "latent_ode_elbo")
+LATENT_MODELS = ("latent_ode", "latent_ode_elbo")  # one model, two training objectives
+LABELS = {"rnn": "RNN", "rnn_dt": "RNN + dt", "latent_ode": "Latent ODE",
+          "latent_ode_elbo": "Latent ODE, window ELBO"}
 LATENT, HIDDEN_RNN, HIDDEN_MLP = 4, 25, 20
 # Every RNN (recognition and baselines) sees x / X_SCALE and time gaps in units of the grid step,
 # so that its tanh units start unsaturated; the baselines' outputs are scaled back by X_SCALE.
@@ -32,15 +34,18 @@ def init_latent_ode(rng):
 DYNAMICS = MLPDynamics("elu")
 
 
-def posterior(params, xs, times):
-    """(mu, logvar) of q(z0 | x) from the recognition RNN (scaled inputs)."""
-    return encode(params["rec"], xs / X_SCALE, time_gaps(0.0, times) / T_UNIT)
+def posterior(params, xs, times, seen=None):
+    """(mu, logvar) of q(z0 | x) from the recognition RNN (scaled inputs); seen (B, n): which
+    observations it reads (all if None; the others leave its state unchanged)."""
+    return encode(params["rec"], xs / X_SCALE, time_gaps(0.0, times) / T_UNIT, seen)
 
 
-def elbo_terms(params, xs, times, eps, solver, noise_std=SPIRAL["noise_std"], stats=None):
-    """Per series: log p(x | z0) at the reparameterised sample z0 = mu + sigma eps, and
-    KL(q(z0 | x) || N(0, I)). The ELBO is their difference."""
-    mu, logvar = posterior(params, xs, times)
+def elbo_terms(params, xs, times, eps, solver, noise_std=SPIRAL["noise_std"], stats=None,
+               seen=None):
+    """Per series: log p(x | z0) of every observation at the reparameterised sample z0 = mu +
+    sigma eps, and KL(q(z0 | x_seen) || N(0, I)), q from the observations `seen` (all if None).
+    The ELBO is their difference."""
+    mu, logvar = posterior(params, xs, times, seen)
     z0 = sample_z0(mu, logvar, eps)
     zs = solve_union(DYNAMICS, z0, 0.0, times, args=(params["dyn"],), stats=stats, **solver)
     x_mean = mlp(params["dec"], zs, "relu")
@@ -150,16 +155,33 @@ def linear_extrapolation(xs, times, t_future, k=5):
 # Objectives for `train`
 
 
-def latent_ode_objective(xs, times, solver, batch_size=None):
+def encoder_sees(times, encode_cut, rng):
+    """(B, n) mask of the observations before a cut drawn per series uniformly from
+    [encode_cut, 1] of the observation window; the first observation is always seen."""
+    cut = rng.uniform(encode_cut, 1.0, len(times)) * SPIRAL["window"] * T_UNIT
+    seen = times <= cut[:, None]
+    seen[:, 0] = True
+    return seen
+
+
+def latent_ode_objective(xs, times, solver, batch_size=None, encode_cut=None):
     """-ELBO per series of a minibatch of batch_size series (all of them if None), drawn from the
-    model's generator, with one reparameterised sample each."""
+    model's generator, with one reparameterised sample each.
+
+    encode_cut: None, the paper's objective (q(z0) reads every observation of the window); or a
+    fraction c, so that each series' q(z0) reads only its observations up to a time drawn
+    uniformly from [c, 1] of the window (the first one always), while the likelihood still
+    scores them all: the model is trained to extrapolate what it has not read, as Table 2 asks
+    of it."""
     def loss_and_grad(params, rng, stats):
         rows = (np.arange(len(xs)) if batch_size is None or batch_size >= len(xs)
                 else np.sort(rng.choice(len(xs), batch_size, replace=False)))
         eps = rng.randn(len(rows), LATENT)
+        seen = None if encode_cut is None else encoder_sees(times[rows], encode_cut, rng)
 
         def negative_elbo(p):
-            log_px, kl = elbo_terms(p, xs[rows], times[rows], eps, solver, stats=stats)
+            log_px, kl = elbo_terms(p, xs[rows], times[rows], eps, solver, stats=stats,
+                                    seen=seen)
             return -anp.mean(log_px - kl)
 
         return value_and_grad(negative_elbo)(params)
@@ -187,7 +209,7 @@ def predict(model, params, data, n, rows, solver, step=None):
     given spirals, from their n noisy observations."""
     w = SPIRAL["window"]
     xs, times = observed(data, n, rows)
-    if model == "latent_ode":
+    if model in LATENT_MODELS:
         return latent_ode_predict(params, xs, times, data["t"], solver)[0][:, w:]
     if model in ("rnn", "rnn_dt"):
         return rnn_predict(params, xs, times, data["t"][w:], model == "rnn_dt", step)[1]
@@ -218,7 +240,7 @@ def evaluate(model, params, data, n, solver, seed, step=None):
     rows = data["test"]
     result = score(model, params, data, n, rows, solver, step)
     xs, times = observed(data, n, rows)
-    if model == "latent_ode":
+    if model in LATENT_MODELS:
         eps = np.random.RandomState(seed).randn(len(rows), LATENT)
         log_px, kl = elbo_terms(params, xs, times, eps, solver)
         result["test_elbo"] = float(np.mean(log_px - kl))

@@ -42,7 +42,10 @@ def section(runs):
         "points: mean ± sample sd over the training seeds, and in brackets against the noisy "
         "points. The published numbers can only be noise-free ones: with noise std 0.3 no "
         "model scores below about 0.3 against noisy points. The paper's single RNN row is "
-        "compared with the RNN + dt, the RNN that can place its predictions at given times.",
+        "compared with the RNN + dt, the version the paper built for irregular observations. "
+        "Latent ODE: trained to extrapolate (its recognition network reads the observations up "
+        "to a random cut of the window, the likelihood scores them all); Latent ODE, window "
+        "ELBO: the paper's objective (everything read and scored), one seed.",
         table2(record),
         figure_links(record, ["fig9.png", "fig10.png", "training.png"]),
         solver_speed_block(record["results"].get("solver_speed_latent_ode_n30"),
