@@ -76,7 +76,28 @@ def load_trained(run, name, config, ignore=()):
     if state is not None:
         state["batches"] = run.log(name).read(state["log_size"])
         return state
-    return run.final_weights(name).load(config, force=True, ignore=ignore)
+    state = run.final_weights(name).load(config, force=True, ignore=ignore)
+    if state is not None and isinstance(state["batches"], dict):
+        state["batches"] = expand_batches(state["batches"])
+    return state
+
+
+# What the final weights keep of each batch (Table 1's times and NFE, Figure 3's NFE), compactly.
+BATCH_COLUMNS = {"epoch": np.int16, "batch": np.int16, "nfe_forward": np.int16,
+                 "nfe_backward": np.int16, "seconds": np.float32, "warmup": bool}
+
+
+def compact_batches(rows):
+    """The per-batch log as a few typed columns (NFE None -> -1)."""
+    return {k: np.array([-1 if r[k] is None else r[k] for r in rows], dtype=dtype)
+            for k, dtype in BATCH_COLUMNS.items()}
+
+
+def expand_batches(columns):
+    """compact_batches' inverse: a list of per-batch dicts of Python numbers."""
+    keys = list(BATCH_COLUMNS)
+    return [{k: (None if k.startswith("nfe") and v == -1 else v.item())
+             for k, v in zip(keys, values)} for values in zip(*(columns[k] for k in keys))]
 
 
 def train(run, model, train_set, test_set, epochs, batch_size, checkpoint_every):
@@ -158,8 +179,9 @@ def train(run, model, train_set, test_set, epochs, batch_size, checkpoint_every)
         ckpt.save(state)
     state["batches"] = log.read(state["log_size"])
     if not run.args.evaluate_only:
-        keep = ("config", "params", "epoch", "history", "n_params", "batches")
-        run.final_weights(model.name).save({k: state[k] for k in keep} | {"log_size": 0})
+        keep = ("config", "params", "epoch", "history", "n_params")
+        run.final_weights(model.name).save({k: state[k] for k in keep} | {
+            "log_size": 0, "batches": compact_batches(state["batches"])})
     return state
 
 

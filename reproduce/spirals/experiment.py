@@ -162,9 +162,10 @@ def _model_seeds(run, model):
 
 
 def _grid(run):
-    """unit name -> (model, n, seed) of every model of Table 2, in training order."""
-    return {f"{m}_n{n}_seed{s}": (m, n, s) for n in N_OBS for m in MODELS
-            for s in _model_seeds(run, m)}
+    """unit name -> (model, n, seed) of every model of Table 2, in training order: seed by seed,
+    so that a run cut short has whole seeds."""
+    return {f"{m}_n{n}_seed{s}": (m, n, s) for s in _seeds(run) for n in N_OBS for m in MODELS
+            if s in _model_seeds(run, m)}
 
 
 def units(run):
