@@ -364,29 +364,29 @@ def fit(run, key, params, objective, optimizer, n_iters, every=100, config=None,
     lr_factor(step) scales the optimiser's learning rate; clip caps the gradient's global norm.
     validate(params) -> score (lower is better) runs every `validate_every` steps and at the
     end; state["best"] keeps the parameters, step and score of the best one.
-    With --evaluate-only nothing is trained: the state is returned as the checkpoint stands.
+    A model that finishes also writes its final weights (Run.final_weights; _final). With
+    --evaluate-only nothing is trained: the state is the checkpoint as it stands, else the final
+    weights, else the untrained parameters.
     `run.stopper.tick()` runs after every step (--stop-after: tests use it to simulate a kill).
     Returns the state dict, with state["history"] read back from the log.
     """
     config = dict(run.config, model=key, n_iters=n_iters, clip=clip,
                   validate_every=validate_every if validate else None, **(config or {}))
-    ckpt, log = run.checkpoint(key), run.log(key)
+    ckpt, log, weights = run.checkpoint(key), run.log(key), run.final_weights(key)
+    if run.args.evaluate_only:
+        return _trained_state(ckpt, log, weights, config, params)
     state = ckpt.load(config)
     if state is None:
         state = {"params": params, "optimizer": optimizer.state_dict(),
                  "rng": (rng or model_rng(run.seed, key)).get_state(), "step": 0,
                  "seconds": 0.0, "log_size": 0, "best": None, "validation": [],
                  "config": config}
-    evaluate_only = run.args.evaluate_only
-    if not evaluate_only:
-        log.restore(state["log_size"])
+    log.restore(state["log_size"])
     optimizer.load_state_dict(state["optimizer"])
     rng = np.random.RandomState()
     rng.set_state(state["rng"])
     params, stats, base_lr = state["params"], SolverStats(), optimizer.lr
     start, started = state["step"], time.time()
-    if evaluate_only:
-        n_iters = start
 
     def checkpoint(step):
         nonlocal started
@@ -418,8 +418,47 @@ def fit(run, key, params, objective, optimizer, n_iters, every=100, config=None,
             checkpoint(step + 1)
         run.stopper.tick()
     state["params"] = params
-    records = log.read(state["log_size"])
-    state["history"] = {k: [r[k] for r in records] for k in ("loss", "nfe_f", "nfe_b")}
+    state["history"] = _history(log.read(state["log_size"]))
+    if state["step"] == n_iters:
+        weights.save(_final(state))
+    return state
+
+
+HISTORY = ("loss", "nfe_f", "nfe_b")
+HISTORY_POINTS = 20_000  # final weights keep at most this many points of a training curve
+
+
+def _history(records):
+    return {k: [r[k] for r in records] for k in HISTORY}
+
+
+def _final(state):
+    """What a finished model keeps beside the repository's results (Run.final_weights): its
+    parameters, best validated parameters, configuration and training time, the means of its
+    per-step NFE, and its training curve (every step up to HISTORY_POINTS, else that many evenly
+    spaced, the last included) as float32/int32 arrays."""
+    h, steps = state["history"], len(state["history"]["loss"])
+    index = np.unique(np.linspace(0, steps - 1, min(steps, HISTORY_POINTS)).round().astype(int))
+    keep = ("params", "best", "validation", "step", "seconds", "config")
+    return {**{k: state[k] for k in keep}, "history_index": index,
+            "history": {"loss": np.asarray(h["loss"], np.float32)[index],
+                        "nfe_f": np.asarray(h["nfe_f"], np.int32)[index],
+                        "nfe_b": np.asarray(h["nfe_b"], np.int32)[index]},
+            "history_means": {k: float(np.mean(h[k])) if steps else None for k in HISTORY}}
+
+
+def _trained_state(ckpt, log, weights, config, params):
+    """A model for evaluation only: its checkpoint as it stands, else its final weights, else
+    the untrained `params` (step 0). Histories come back as lists."""
+    state = ckpt.load(config, force=True)
+    if state is not None:
+        state["history"] = _history(log.read(state["log_size"]))
+        return state
+    state = weights.load(config, force=True)
+    if state is None:
+        return {"params": params, "step": 0, "seconds": 0.0, "best": None, "validation": [],
+                "config": config, "history": _history([])}
+    state["history"] = {k: v.tolist() for k, v in state["history"].items()}
     return state
 
 

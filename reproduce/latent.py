@@ -199,11 +199,12 @@ def train(run, key, init, loss_and_grad, n_iters, lr, ckpt_every, seed=None, lr_
 
 
 def training_summary(state):
-    """Iterations, time and mean NFE per iteration of a `train` state."""
-    history = state["history"]
+    """Iterations, time and mean NFE per iteration of a `train` state (the means over every
+    step, also for final weights whose kept curve is thinned)."""
+    history, means = state["history"], state.get("history_means") or {}
 
     def mean(key):
-        return float(np.mean(history[key])) if history[key] else None
+        return means.get(key, float(np.mean(history[key])) if history[key] else None)
 
     steps = state["step"]
     return {"iterations": steps, "seconds_total": float(state["seconds"]),

@@ -119,7 +119,7 @@ SAVED_CONFIGS = {
         "experiment": "spirals", "mode": "full", "method": "adams", "no_seminorm": False,
         "seed": 0, "tol": None, "model": "latent_ode_n30_seed0", "n_iters": 20000,
         "clip": 1000.0, "validate_every": 250, "batch_size": 100, "n_spirals": 1000,
-        "lr": 0.01, "lr_final": 0.0001}),
+        "lr": 0.01, "lr_final": 0.0001, "encode_cut": 0.5}),
     "poisson": (["--quick", "--seed", "2", "--tol", "1e-4"], {
         "experiment": "poisson", "mode": "quick", "method": "adams", "no_seminorm": False,
         "seed": 2, "tol": 0.0001, "model": "latent_ode", "n_iters": 500, "clip": None,

@@ -317,6 +317,7 @@ def test_smoke_run_writes_results_and_resume_reproduces_them(tmp_path):
 
     # a run cut short: evaluate-only reports the checkpoints as they stand, and says so
     (tmp_path / "ck" / "fig4_U2_cnf8.ckpt").unlink()
+    (tmp_path / "ck" / "final" / "fig4_U2_cnf8.ckpt").unlink()  # nor its final weights
     experiment.main(argv + ["--resume", "--evaluate-only"])
     partial = json.loads((tmp_path / "out" / "results.json").read_text())["results"]
     assert partial["seconds_per_iteration"]["fig4_U2_cnf8"]["iterations"] == 0

@@ -23,16 +23,7 @@ from reproduce.mnist import models as M  # noqa: E402
 from reproduce.mnist.train import SGD, evaluate, learning_rate  # noqa: E402
 
 
-def _have_mnist():
-    try:
-        D.check(D.data_dir())
-        return True
-    except D.MNISTDataError:
-        return False
-
-
-needs_mnist = pytest.mark.skipif(not _have_mnist(), reason="MNIST files not found (set "
-                                 f"${D.ENV} to a folder holding them)")
+from conftest import have_mnist, needs_mnist  # noqa: E402
 
 
 def write_idx_gz(path, array, code):
@@ -148,7 +139,7 @@ def test_random_crop_is_a_shift_within_padding():
 @pytest.fixture(scope="module")
 def batch():
     rng = np.random.RandomState(3)
-    if _have_mnist():
+    if have_mnist():
         images, labels = D.load()["test"]
         return D.to_float(images[:16]), labels[:16]
     return rng.rand(16, 28, 28, 1), rng.randint(0, 10, 16)

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import needs_mnist
 
 from reproduce.__main__ import EXPERIMENTS
 
@@ -32,6 +33,7 @@ def test_unknown_experiment_is_an_error():
 
 
 @pytest.mark.slow
+@needs_mnist
 def test_all_smoke_runs_every_experiment_and_the_report(tmp_path):
     out = run("all", "--smoke")
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]

@@ -367,7 +367,7 @@ def test_training_split_by_n_then_gathered_gives_the_numbers_of_one_run(tmp_path
     table = json.loads((tmp_path / "whole" / "results.json").read_text())["results"]["table2_rmse"]
     assert _run(tmp_path, "byn", "--resume", "--train-only-n", "100") == 0
     assert not (tmp_path / "byn" / "results.json").exists()
-    assert sorted(p.name for p in (tmp_path / "byn_ckpt").iterdir()) == sorted(
+    assert sorted(p.name for p in (tmp_path / "byn_ckpt").iterdir() if p.is_file()) == sorted(
         f"{m}_n100_seed0.{ext}" for m in ("latent_ode", "latent_ode_elbo", "rnn_dt", "rnn")
         for ext in ("ckpt", "log.jsonl"))
     assert _run(tmp_path, "byn", "--resume", "--only", "latent_ode_n30_seed0",
@@ -377,3 +377,12 @@ def test_training_split_by_n_then_gathered_gives_the_numbers_of_one_run(tmp_path
     assert _run(tmp_path, "byn", "--resume") == 0
     gathered = json.loads((tmp_path / "byn" / "results.json").read_text())["results"]
     assert gathered["table2_rmse"] == table
+    # the finished models' final weights alone give the table back
+    import shutil
+    for path in (tmp_path / "byn_ckpt").iterdir():
+        if path.is_file():
+            path.unlink()
+    shutil.rmtree(tmp_path / "byn")
+    assert _run(tmp_path, "byn", "--evaluate-only") == 0
+    again = json.loads((tmp_path / "byn" / "results.json").read_text())["results"]
+    assert again["table2_rmse"] == table and "note" not in again
