@@ -173,13 +173,17 @@ def _main(run):
     states = {}
     for name in models:
         model = make_model(name, jit=not args.no_xla)
-        if args.evaluate_only:
+        made_by = _made_by(run)
+        if args.evaluate_only:  # each model as it was trained: its own epochs and XLA setting
             config = train_config(run, model, train_set, test_set, epochs, s["batch_size"])
-            state = load_trained(run, name, config, ignore=() if args.epochs else ("epochs",))
+            state = load_trained(run, name, config,
+                                 ignore=("no_xla",) if args.epochs else ("epochs", "no_xla"))
             if state is None:
                 print(f"{LABELS[name]}: no checkpoint or final weights to evaluate",
                       file=sys.stderr)
                 continue
+            model = make_model(name, jit=not state["config"]["no_xla"])
+            made_by.update(command=state.get("command", "?"), evaluated_by=run.command)
             check = evaluate(model, state["params"], *test_set, s["batch_size"])
             trained = state["history"][-1]["test_error_pct"] if state["history"] else None
             print(f"{LABELS[name]}: test error {check['test_error_pct']:.2f}% re-evaluated "
@@ -191,7 +195,7 @@ def _main(run):
         states[name] = state
         planned = state["config"]["epochs"]
         write_json(run.path(f"train_{name}.json"), {
-            **_made_by(run), "seed": run.seed, **_model_summary(state, planned)}, indent=1)
+            **made_by, "seed": run.seed, **_model_summary(state, planned)}, indent=1)
         print(f"{LABELS[name]}: {_one_line(state)}", file=sys.stderr)
     if run.partial:
         return 0
@@ -199,7 +203,7 @@ def _main(run):
     if not args.no_memory:
         _memory(run, s, mnist["test"])
     if not args.no_figure3:
-        _figure3(run, s, states.get("odenet"), test_set, not args.no_xla)
+        _figure3(run, s, states.get("odenet"), test_set)
     return _gather(run, s)
 
 
@@ -293,7 +297,7 @@ def _memory(run, s, test):
     figures.plot_memory(run.path("memory.png"), rows, run.mode, batch)
 
 
-def _figure3(run, s, state, test_set, jit):
+def _figure3(run, s, state, test_set):
     from . import figures
     if state is None:  # not trained in this run: the latest checkpoint or final weights
         from .train import load_trained
@@ -303,7 +307,7 @@ def _figure3(run, s, state, test_set, jit):
     _say(f"Figure 3: tolerance sweep {s['tols']} on the ODE-Net after {state['epoch']} "
          "epoch(s)...")
     sweep = figures.figure3_sweep(state["params"], *_first(test_set, s["batch_size"]), s["tols"],
-                                  s["ref_tol"], s["error_batch"], jit)
+                                  s["ref_tol"], s["error_batch"], not state["config"]["no_xla"])
     record = {**_made_by(run), "odenet_epochs": state["epoch"], "odenet_config": state["config"],
               **sweep,
               "training_nfe_per_epoch": [

@@ -181,7 +181,7 @@ def train(run, model, train_set, test_set, epochs, batch_size, checkpoint_every)
     if not run.args.evaluate_only:
         keep = ("config", "params", "epoch", "history", "n_params")
         run.final_weights(model.name).save({k: state[k] for k in keep} | {
-            "log_size": 0, "batches": compact_batches(state["batches"])})
+            "log_size": 0, "batches": compact_batches(state["batches"]), "command": run.command})
     return state
 
 
