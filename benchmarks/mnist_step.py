@@ -22,7 +22,6 @@ machine and load average.
 """
 import argparse
 import datetime
-import json
 import os
 import shlex
 import sys
@@ -40,7 +39,7 @@ if "--blas-threads" in sys.argv[:-1]:  # OpenBLAS reads it once, when numpy load
 import numpy as np  # noqa: E402
 from autograd import value_and_grad  # noqa: E402
 
-from reproduce.common import SGD, machine  # noqa: E402
+from reproduce.common import SGD, machine, write_benchmark  # noqa: E402
 from reproduce.mnist import data as D  # noqa: E402
 from reproduce.mnist import models as M  # noqa: E402
 
@@ -259,12 +258,7 @@ def main(argv=None):
         "load_average": [load_before, os.getloadavg()],
         "models": rows,
     }
-    print_table(results)
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as fh:
-        json.dump(results, fh, indent=1)
-    print(f"wrote {os.path.relpath(args.out, ROOT)}")
-    return results
+    return write_benchmark(args.out, results, print_table)
 
 
 def print_table(r):

@@ -13,7 +13,6 @@ Writes figures/benchmarks/nfe_ratio.json (or --out).
 """
 import argparse
 import datetime
-import json
 import os
 import sys
 import time
@@ -25,7 +24,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from odeint_autograd import SolverStats, odeint  # noqa: E402
-from reproduce.common import Checkpoint, machine  # noqa: E402
+from reproduce.common import Checkpoint, machine, write_json  # noqa: E402
 from reproduce.mnist import data as D  # noqa: E402
 from reproduce.mnist.models import ODE_TOL, T_SPAN, cross_entropy, make_model, tf_blocks  # noqa
 
@@ -105,10 +104,7 @@ def main(argv=None):
               "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
               "model": source, "batches": args.batches, "forward_tol": ODE_TOL,
               "machine": machine(), "rows": rows}
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(record, f, indent=1)
-        f.write("\n")
+    write_json(args.out, record, indent=1)
     print(f"wrote {args.out}")
     return 0
 

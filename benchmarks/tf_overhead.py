@@ -25,7 +25,6 @@ import argparse
 import contextlib
 import cProfile
 import datetime
-import json
 import os
 import pstats
 import shlex
@@ -47,7 +46,7 @@ import tensorflow as tf  # noqa: E402
 
 from gpu_dynamics import layers, tf_primitive  # noqa: E402
 from odeint_autograd import SolverStats, _scipy, odeint  # noqa: E402
-from reproduce.common import machine  # noqa: E402
+from reproduce.common import machine, write_benchmark  # noqa: E402
 
 
 SCIPY_INTEGRATE = os.path.dirname(scipy.integrate.__file__) + os.sep
@@ -213,12 +212,7 @@ def measure(args, argv):
         "load_average": [load_before, os.getloadavg()],
         "runs": runs,
     }
-    print_table(results)
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as fh:
-        json.dump(results, fh, indent=1)
-    print(f"wrote {os.path.relpath(args.out, ROOT)}")
-    return results
+    return write_benchmark(args.out, results, print_table)
 
 
 def print_table(r):

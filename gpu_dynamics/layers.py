@@ -23,6 +23,7 @@ biases uniform in +-1/sqrt(fan_in), GroupNorm scale 1 and shift 0. Parameter cou
 """
 import numpy as np
 import tensorflow as tf
+from autograd.misc import flatten
 
 relu = tf.nn.relu
 
@@ -106,11 +107,16 @@ def _rng(rng):
     return np.random.RandomState(rng) if isinstance(rng, (int, np.integer)) else rng
 
 
+def _fan_in_uniform(rng, fan_in, *shapes):
+    """Arrays of the given shapes, in order, uniform in +-1/sqrt(fan_in) (PyTorch's default)."""
+    bound = 1.0 / np.sqrt(fan_in)
+    return [rng.uniform(-bound, bound, shape) for shape in shapes]
+
+
 def init_conv(rng, kernel, c_in, c_out, bias=True):
     """[w (kernel, kernel, c_in, c_out)] + [b (c_out,)] if bias, uniform in +-1/sqrt(fan_in)."""
-    rng, bound = _rng(rng), 1.0 / np.sqrt(c_in * kernel * kernel)
-    w = rng.uniform(-bound, bound, (kernel, kernel, c_in, c_out))
-    return [w, rng.uniform(-bound, bound, c_out)] if bias else [w]
+    shapes = [(kernel, kernel, c_in, c_out)] + [(c_out,)] * bias
+    return _fan_in_uniform(_rng(rng), c_in * kernel * kernel, *shapes)
 
 
 def init_group_norm(channels):
@@ -143,13 +149,10 @@ def init_res_block(rng, channels=64):
 
 def init_head(rng, channels=64, classes=10):
     """The 4 arrays `head` takes after h: GroupNorm, then w (channels, classes) and b."""
-    rng, bound = _rng(rng), 1.0 / np.sqrt(channels)
-    return init_group_norm(channels) + [rng.uniform(-bound, bound, (channels, classes)),
-                                        rng.uniform(-bound, bound, classes)]
+    return init_group_norm(channels) + _fan_in_uniform(_rng(rng), channels, (channels, classes),
+                                                       (classes,))
 
 
 def n_params(params):
-    """The number of scalars in a list (or nested lists) of arrays."""
-    if isinstance(params, (list, tuple)):
-        return sum(n_params(p) for p in params)
-    return int(np.size(params))
+    """The number of scalars in a pytree (dicts, lists, tuples) of arrays."""
+    return int(flatten(params)[0].size)

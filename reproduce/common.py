@@ -219,6 +219,14 @@ def write_json(path, record, indent=2):
     _write_atomic(path, (json.dumps(jsonable(record), indent=indent) + "\n").encode())
 
 
+def write_benchmark(path, record, show):
+    """A benchmark's ending: show(record) prints its table, the record goes to path (JSON)."""
+    show(record)
+    write_json(path, record, indent=1)
+    print(f"wrote {os.path.relpath(path, ROOT)}")
+    return record
+
+
 def read_json(path):
     """A JSON file's contents, or None if there is no such file."""
     if not os.path.exists(path):

@@ -21,9 +21,11 @@ import functools
 
 import autograd.numpy as anp
 import numpy as np
+from autograd.misc import flatten
 from autograd.scipy.special import logsumexp
 
 from odeint_autograd import SolverStats, odeint
+from reproduce.latent import linear_init
 
 NAMES = ("mlp", "resnet", "rknet", "odenet")
 LABELS = {"mlp": "1-layer MLP", "resnet": "ResNet", "rknet": "RK-Net", "odenet": "ODE-Net"}
@@ -55,12 +57,8 @@ def cross_entropy(logits, labels):
 
 
 def n_params(params):
-    """Scalars in a pytree of arrays (dicts, lists), counted from the arrays themselves."""
-    if isinstance(params, dict):
-        return sum(n_params(v) for v in params.values())
-    if isinstance(params, (list, tuple)):
-        return sum(n_params(v) for v in params)
-    return int(np.size(params))
+    """Scalars in a pytree of arrays (dicts, lists)."""
+    return int(flatten(params)[0].size)
 
 
 class MLP:
@@ -71,10 +69,8 @@ class MLP:
 
     def init(self, rng):
         """PyTorch's default initialisation: uniform in +-1/sqrt(fan_in)."""
-        b1, b2 = 1 / np.sqrt(784), 1 / np.sqrt(self.hidden)
-        return {"w1": rng.uniform(-b1, b1, (784, self.hidden)),
-                "b1": rng.uniform(-b1, b1, self.hidden),
-                "w2": rng.uniform(-b2, b2, (self.hidden, 10)), "b2": rng.uniform(-b2, b2, 10)}
+        (w1, b1), (w2, b2) = linear_init(rng, 784, self.hidden), linear_init(rng, self.hidden, 10)
+        return {"w1": w1, "b1": b1, "w2": w2, "b2": b2}
 
     def logits(self, params, x):
         h = anp.maximum(anp.dot(anp.reshape(x, (len(x), -1)), params["w1"]) + params["b1"], 0.0)
