@@ -372,7 +372,8 @@ def fit(run, key, params, objective, optimizer, n_iters, every=100, config=None,
     lr_factor(step) scales the optimiser's learning rate; clip caps the gradient's global norm.
     validate(params) -> score (lower is better) runs every `validate_every` steps and at the
     end; state["best"] keeps the parameters, step and score of the best one.
-    A model that finishes also writes its final weights (Run.final_weights; _final). With
+    A model that finishes also writes its final weights (Run.final_weights; _final), and with
+    --resume a model whose checkpoint is gone but whose final weights are there is finished. With
     --evaluate-only nothing is trained: the state is the checkpoint as it stands, else the final
     weights, else the untrained parameters.
     `run.stopper.tick()` runs after every step (--stop-after: tests use it to simulate a kill).
@@ -384,6 +385,8 @@ def fit(run, key, params, objective, optimizer, n_iters, every=100, config=None,
     if run.args.evaluate_only:
         return _trained_state(ckpt, log, weights, config, params)
     state = ckpt.load(config)
+    if state is None and run.args.resume and weights.load(config, force=True) is not None:
+        return _trained_state(ckpt, log, weights, config, params)  # finished, kept as weights
     if state is None:
         state = {"params": params, "optimizer": optimizer.state_dict(),
                  "rng": (rng or model_rng(run.seed, key)).get_state(), "step": 0,

@@ -316,6 +316,9 @@ def test_resume_after_a_kill_gives_the_uninterrupted_run(tmp_path, name):
     summary = json.loads((tmp_path / "killed" / "out" / f"train_{name}.json").read_text())
     assert summary["epochs_run"] == summary["epochs_planned"] == 2
     assert summary["test_error_pct"] == whole["history"][-1]["test_error_pct"]
+    # a resumed run takes the final weights as a finished model: nothing is trained again
+    assert mnist.main(_argv(tmp_path / "killed", *args, "--resume")) == 0
+    assert not (tmp_path / "killed" / "ckpt" / f"{name}.ckpt").exists()
 
 
 @needs_mnist

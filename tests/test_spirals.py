@@ -386,3 +386,8 @@ def test_training_split_by_n_then_gathered_gives_the_numbers_of_one_run(tmp_path
     assert _run(tmp_path, "byn", "--evaluate-only") == 0
     again = json.loads((tmp_path / "byn" / "results.json").read_text())["results"]
     assert again["table2_rmse"] == table and "note" not in again
+    # and a resumed run takes them as finished: nothing is trained again
+    assert _run(tmp_path, "byn", "--resume") == 0
+    assert not any(p.is_file() for p in (tmp_path / "byn_ckpt").iterdir())
+    again = json.loads((tmp_path / "byn" / "results.json").read_text())["results"]
+    assert again["table2_rmse"] == table

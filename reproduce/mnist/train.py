@@ -113,6 +113,10 @@ def train(run, model, train_set, test_set, epochs, batch_size, checkpoint_every)
     ckpt = run.checkpoint(model.name)
     log = run.log(model.name)
     state = ckpt.load(config)
+    if state is None and run.args.resume:  # finished earlier and kept only as final weights?
+        done = run.final_weights(model.name).load(config, force=True)
+        if done is not None and done["epoch"] == epochs:
+            return load_trained(run, model.name, config)
     if state is None:
         state = fresh_state(model, run.seed, config)
     log.restore(state["log_size"])
