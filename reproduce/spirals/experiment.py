@@ -251,6 +251,7 @@ def main(argv=None):
                     entry[f"{key}_seeds"] = [r[key] for r in rows]
             entry["last_iterate_rmse_clean_seeds"] = [r["last_iterate"]["rmse_clean"]
                                                       for r in rows]
+            entry["rmse_clean_by_direction_seeds"] = [r["rmse_clean_by_direction"] for r in rows]
             table.setdefault(LABELS[model], {})[str(n)] = entry
     for model, label in (("last_observation", "Last observation"),
                          ("linear", "Linear extrapolation")):

@@ -235,10 +235,16 @@ def score(model, params, data, n, rows, solver, step=None):
 
 
 def evaluate(model, params, data, n, solver, seed, step=None):
-    """Test-set RMSE (noisy and noise-free) and the test ELBO (latent ODE) or NLL (RNNs) of the
-    observations."""
+    """Test-set RMSE (noisy and noise-free, and noise-free per direction: the clockwise arm's
+    radius grows as 1/angle, so its far end is where extrapolation is hardest) and the test ELBO
+    (latent ODE) or NLL (RNNs) of the observations."""
     rows = data["test"]
-    result = score(model, params, data, n, rows, solver, step)
+    pred = predict(model, params, data, n, rows, solver, step)
+    result = score_predictions(pred, data, rows)
+    result["rmse_clean_by_direction"] = {
+        name: score_predictions(pred[data["direction"][rows] == d], data,
+                                rows[data["direction"][rows] == d])["rmse_clean"]
+        for name, d in (("counter-clockwise", 1), ("clockwise", -1))}
     xs, times = observed(data, n, rows)
     if model in LATENT_MODELS:
         eps = np.random.RandomState(seed).randn(len(rows), LATENT)

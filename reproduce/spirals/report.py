@@ -31,6 +31,23 @@ def table2(record):
     return table(["model"] + [f"{n}/100 observations" for n in ns], rows)
 
 
+def by_direction(record):
+    """Noise-free RMSE per direction of the test spirals (mean over seeds), where measured."""
+    res = record["results"]["table2_rmse"]
+    rows = []
+    for model, by_n in res.items():
+        for n, entry in by_n.items():
+            seeds = entry.get("rmse_clean_by_direction_seeds")
+            if seeds:
+                rows.append([model, n] + [sum(s[d] for s in seeds) / len(seeds)
+                                          for d in ("counter-clockwise", "clockwise")])
+    if not rows:
+        return ""
+    return ("Noise-free RMSE per direction of the test spirals (the clockwise arm's radius grows "
+            "as 1/angle, up to 15 at its far end, where extrapolating is hardest):\n\n"
+            + table(["model", "n", "counter-clockwise", "clockwise"], rows))
+
+
 def section(runs):
     record = best(runs)
     if record is None:
@@ -47,6 +64,7 @@ def section(runs):
         "to a random cut of the window, the likelihood scores them all); Latent ODE, window "
         "ELBO: the paper's objective (everything read and scored), one seed.",
         table2(record),
+        by_direction(record),
         figure_links(record, ["fig9.png", "fig10.png", "training.png"]),
         solver_speed_block(record["results"].get("solver_speed_latent_ode_n30"),
                            "the trained n = 30 latent ODE"),
