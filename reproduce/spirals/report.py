@@ -75,9 +75,12 @@ def summary(runs):
     record = best(runs)
     if record is None:
         return []
+    note = record["results"].get("note")
     return [f"**Table 2, spirals**: extrapolation RMSE against the noise-free test points, "
             f"mean ± sd over seeds (against the noisy ones in brackets) "
-            f"({record['mode']}: `{record['command']}`)", table2(record),
+            f"({record['mode']}: `{record['command']}`)"
+            + (". **Partial run**: some models have not finished training (which, and how far: "
+               "figures/RESULTS.md)" if note else ""), table2(record),
             image(record, "fig9.png", "Figure 9")]
 
 
