@@ -235,9 +235,9 @@ def score(model, params, data, n, rows, solver, step=None):
 
 
 def evaluate(model, params, data, n, solver, seed, step=None):
-    """Test-set RMSE (noisy and noise-free, and noise-free per direction: the clockwise arm's
-    radius grows as 1/angle, so its far end is where extrapolation is hardest) and the test ELBO
-    (latent ODE) or NLL (RNNs) of the observations."""
+    """Test-set RMSE (noisy and noise-free, and noise-free per direction: the two arms grow
+    differently, the clockwise one as 1/angle) and the test ELBO (latent ODE) or NLL (RNNs) of
+    the observations."""
     rows = data["test"]
     pred = predict(model, params, data, n, rows, solver, step)
     result = score_predictions(pred, data, rows)

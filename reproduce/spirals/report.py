@@ -43,8 +43,9 @@ def by_direction(record):
                                           for d in ("counter-clockwise", "clockwise")])
     if not rows:
         return ""
-    return ("Noise-free RMSE per direction of the test spirals (the clockwise arm's radius grows "
-            "as 1/angle, up to 15 at its far end, where extrapolating is hardest):\n\n"
+    return ("Noise-free RMSE per direction of the test spirals (mean over seeds; the clockwise "
+            "arm's radius grows as 1/angle, to 15 at its far end, the counter-clockwise arm's in "
+            "proportion to the angle, to 5.7):\n\n"
             + table(["model", "n", "counter-clockwise", "clockwise"], rows))
 
 
