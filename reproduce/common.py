@@ -333,12 +333,13 @@ class AppendLog:
     def size(self):
         return os.path.getsize(self.path) if os.path.exists(self.path) else 0
 
-    def read(self, size=None):
-        """Every record up to `size` bytes (all without it)."""
+    def read(self, size=None, start=0):
+        """Every record from byte `start` up to byte `size` (the end without it)."""
         if not os.path.exists(self.path):
             return []
         with open(self.path, "rb") as f:
-            data = f.read() if size is None else f.read(size)
+            f.seek(start)
+            data = f.read() if size is None else f.read(size - start)
         return [json.loads(line) for line in data.splitlines() if line.strip()]
 
 

@@ -7,7 +7,6 @@ history, so a run resumed after a kill continues with exactly the numbers of an 
 one. The per-batch log (loss, NFE, seconds) is appended to a file beside the checkpoint
 (common.AppendLog), so a save costs the same at the first epoch as at the last.
 """
-import json
 import time
 
 import numpy as np
@@ -176,7 +175,7 @@ def train(run, model, train_set, test_set, epochs, batch_size, checkpoint_every)
             if (b + 1) % checkpoint_every == 0 and b + 1 < n_batches:
                 ckpt.save(state)
             run.stopper.tick()
-        rows = _epoch_rows(log, state)
+        rows = log.read(state["log_size"], start=state["epoch_log_start"])
         state["history"].append(_epoch_summary(model, params, state, rows, epoch, lr, test_set,
                                                batch_size))
         state.update(epoch=epoch + 1, batch=0, perm=None, running=None)
@@ -187,14 +186,6 @@ def train(run, model, train_set, test_set, epochs, batch_size, checkpoint_every)
         run.final_weights(model.name).save({k: state[k] for k in keep} | {
             "log_size": 0, "batches": compact_batches(state["batches"]), "command": run.command})
     return state
-
-
-def _epoch_rows(log, state):
-    """The log's rows of the current epoch (read from where the epoch started)."""
-    with open(log.path, "rb") as f:
-        f.seek(state["epoch_log_start"])
-        data = f.read(state["log_size"] - state["epoch_log_start"])
-    return [json.loads(line) for line in data.splitlines() if line.strip()]
 
 
 def _epoch_summary(model, params, state, rows, epoch, lr, test_set, batch_size):
