@@ -32,7 +32,9 @@ from reproduce.mnist.models import ODE_TOL, T_SPAN, cross_entropy, make_model, t
 SETTINGS = [
     ("adams", "adams", ODE_TOL, False),
     ("adams", "adams", ODE_TOL, True),
+    ("adams", "adams", 3e-3, False),
     ("adams", "adams", 1e-2, False),
+    ("adams", "adams", 1e-2, True),
     ("adams", "adams", 1e-4, False),
     ("adams", "dopri5", ODE_TOL, False),
     ("adams", "dopri5", ODE_TOL, True),

@@ -42,9 +42,8 @@ import autograd  # noqa: E402
 import autograd.numpy as anp  # noqa: E402
 import numpy as np  # noqa: E402
 import scipy.integrate  # noqa: E402
+from gpu_dynamics import layers, tf_primitive  # noqa: E402 -- before TensorFlow (its kernels)
 import tensorflow as tf  # noqa: E402
-
-from gpu_dynamics import layers, tf_primitive  # noqa: E402
 from odeint_autograd import SolverStats, _scipy, odeint  # noqa: E402
 from reproduce.common import machine, write_benchmark  # noqa: E402
 

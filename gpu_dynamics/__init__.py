@@ -15,6 +15,14 @@ argument, t included) are computed by compiled TensorFlow functions, on the GPU 
 sees one. `gpu_dynamics.layers` holds the MNIST building blocks (conv, GroupNorm, the downsampling,
 the ODE dynamics, the residual block, the head) as functions of explicit parameter arrays.
 """
+import os
+
+# oneDNN's CPU kernels, unless TF_ENABLE_ONEDNN_OPTS says otherwise: TensorFlow turns them on
+# itself only on CPUs with AVX-512 VNNI or newer features, and its other kernels are much slower
+# at the MNIST layers (docs/mnist_step.md). It is read when TensorFlow loads, so it takes effect
+# only if gpu_dynamics is imported first.
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
+
 try:
     import tensorflow  # noqa: F401 -- imported here first, so that a missing install is clear
 except ImportError as error:

@@ -3,7 +3,7 @@ figures/benchmarks/ (written by the scripts in benchmarks/)."""
 import json
 import os
 
-from reproduce.markdown import FIGURES, table
+from reproduce.markdown import FIGURES, fmt, table
 
 
 def benchmark(name):
@@ -67,9 +67,7 @@ def tf_overhead_block():
     if data is None:
         return "TensorFlow overhead benchmark: not run yet (`python benchmarks/tf_overhead.py`)."
     xla = benchmark("tf_overhead_xla")
-    parts = benchmark("tf_overhead_value_and_vjp")
-    runs = ([("", data)] + ([(" (XLA)", xla)] if xla else [])
-            + ([(" (value_and_vjp)", parts)] if parts else []))
+    runs = [("", data)] + ([(" (XLA)", xla)] if xla else [])
     rows = [[phase + label] + [run[phase][k] for k in ("wall_s", "tf_share", "scipy_share",
                                                         "glue_share", "nfe", "tf_ms_per_call",
                                                         "evaluation_ms", "scipy_ms_per_step")]
@@ -79,11 +77,7 @@ def tf_overhead_block():
         "6x6x64) with Adams at tol 1e-3, split into time inside TensorFlow, scipy's own solver "
         "time, and the project's glue."
         + (f" The (XLA) rows: `{xla.get('command')}` ({xla.get('date')}), the same with "
-           "`tf_primitive(..., jit_compile=True)`." if xla else "")
-        + (f" The (value_and_vjp) rows: `{parts.get('command')}` ({parts.get('date')}), the "
-           "backward solve given only `value_and_vjp`, so that odeint negates and concatenates "
-           "the parts in numpy instead of TensorFlow doing it in `augmented_dynamics`."
-           if parts else ""),
+           "`tf_primitive(..., jit_compile=True)`." if xla else ""),
         table(["phase", "wall s", "TF share", "scipy share", "glue share", "NFE",
                "TF ms per call", "ms per evaluation", "scipy ms/step"], rows),
         "scipy alone, the same solver on states of the forward's and the backward's size with "
@@ -92,14 +86,11 @@ def tf_overhead_block():
               [[name.replace("_", " "), r["size"], r["scipy_ms_per_step"],
                 1e6 * r["scipy_ms_per_step"] / r["size"]]
                for name, r in data["scipy_alone"].items()]),
-        f"One backward augmented evaluation takes {data['backward_evaluation_over_fused_call']:.2f}"
-        f"x one fused TensorFlow value+VJP call timed on its own, back to back "
-        f"({data['fused_value_vjp_call_ms']:.1f} ms; the target's measure)"
-        + (f", {data['backward_evaluation_over_augmented_call']:.2f}x the call it makes, "
-           "`augmented_dynamics` (the same plus the negations and the concatenation into one "
-           "array, inside TensorFlow), timed the same way "
-           f"({data['augmented_dynamics_call_ms']:.1f} ms)," if "augmented_dynamics_call_ms" in data else "")
-        + f" and {data['backward_evaluation_over_its_tf_call']:.2f}x its TensorFlow call as timed "
+        f"One backward evaluation (one `value_and_vjp` call and the negations and concatenation "
+        f"of its parts in numpy) takes {data['backward_evaluation_over_fused_call']:.2f}x one "
+        f"fused TensorFlow value+VJP call timed on its own, back to back "
+        f"({data['fused_value_vjp_call_ms']:.1f} ms; the target's measure), and "
+        f"{data['backward_evaluation_over_its_tf_call']:.2f}x its TensorFlow call as timed "
         f"inside the solve ({data['backward']['tf_ms_per_call']:.1f} ms); the difference is the "
         "project's glue (the copies of the state and the adjoint into TensorFlow, the finite "
         "check, the Python between scipy and TensorFlow)."
@@ -124,9 +115,72 @@ def tf_targets(data, label="Targets: "):
             f"{'met' if ratio <= ratio_max else 'not met'}).")
 
 
+def mnist_step_block():
+    """benchmarks/mnist_step.py: one SGD step of each Table 1 model, against PyTorch."""
+    data = benchmark("mnist_step")
+    if data is None:
+        return "MNIST step benchmark: not run yet (`python benchmarks/mnist_step.py`)."
+    rows, goal = [], data["targets"]
+    for name, m in data["models"].items():
+        ours, torch = m["ours"], m.get("pytorch")
+        nfe = (f"{fmt(ours['nfe_forward_median'])} / {fmt(ours['nfe_backward_median'])}"
+               if ours.get("nfe_forward_median") else "-")
+        torch_nfe = (f"{fmt(torch['nfe_forward_median'])} / {fmt(torch['nfe_backward_median'])}"
+                     if torch and torch.get("nfe_forward_median") else "-")
+        limit = goal.get(f"{name}_ratio_max")
+        verdict = ("-" if limit is None or not torch else
+                   f"<= {limit}: {'met' if m['ratio'] <= limit else 'not met'}")
+        rows.append([name, ours["step_s"], torch["step_s"] if torch else "-",
+                     m.get("ratio", "-"), verdict, nfe, torch_nfe,
+                     ours.get("tf_s_median", "-")])
+    load = data.get("load_average", [[None]])[0][0]
+    return "\n\n".join([
+        f"`{data['command']}` ({data['date']}, load average {fmt(load, 2)} before the run; "
+        f"{data['settings']['steps']} timed steps after {data['settings']['warmup']} warm-up, "
+        f"both libraries interleaved in one process, median; {data['settings']['threads']} "
+        f"threads each; CPU: {data['machine'].get('processor')}, {data['machine'].get('cpus')} "
+        "cores): one SGD step at batch 128 on real MNIST, the same architectures and initial "
+        "parameters on both sides (docs/mnist_step.md).",
+        table(["model", "ours s", "PyTorch s", "ratio", "target", "NFE fwd / bwd",
+               "torchdiffeq NFE", "of which TensorFlow s"], rows)])
+
+
+def nfe_ratio_block():
+    """benchmarks/nfe_ratio.py: Figure 3(c), backward / forward NFE per solver setting."""
+    data = benchmark("nfe_ratio")
+    if data is None:
+        return "Figure 3(c) benchmark: not run yet (`python benchmarks/nfe_ratio.py`)."
+    rows = [[r["method"], r["adjoint_method"], f"{r['adjoint_tol']:g}",
+             "seminorm" if r["seminorm"] else "full", r["nfe_forward"], r["nfe_backward"],
+             f"{r['backward_over_forward']:.2f}", r["seconds_per_gradient"]]
+            for r in data["rows"]]
+    return "\n\n".join([
+        f"`{data['command']}` ({data['date']}): one loss gradient of the ODE-Net "
+        f"({data['model']}) on each of {data['batches']} test batches of 128, forward tolerance "
+        f"{data['forward_tol']:g}; mean NFE. The first row is the training setting.",
+        table(["forward", "adjoint", "adjoint tol", "error norm", "NFE fwd", "NFE bwd",
+               "bwd / fwd", "s per gradient"], rows)])
+
+
+def executors_block():
+    """benchmarks/executors.py: `reproduce all --quick` per executor."""
+    data = benchmark("executors")
+    if data is None:
+        return "Executor benchmark: not run yet (`python benchmarks/executors.py`)."
+    rows = [[name, f"`{data['commands'][name]}`", data["wall_s"][name],
+             f"{data['speedup_over_local'][name]:.2f}",
+             data["load_average_1min_before"][name]] for name in data["wall_s"]]
+    return "\n\n".join([
+        f"`{data['command']}` ({data['date']}, {data['machine'].get('cpus')} CPUs; "
+        f"{data['note']}):",
+        table(["executor", "command", "wall s", "speed-up over local",
+               "load average before"], rows)])
+
+
 def blocks():
     """{block name: markdown} for docs/benchmarks.md."""
     return {"benchmarks": "\n\n".join(["### Spiral demo: against autograd and torchdiffeq",
                                          spiral_demo_block(), "### Memory: adjoint O(1), "
                                          "direct backprop O(steps)", memory_block()]),
-            "tf_overhead": tf_overhead_block()}
+            "tf_overhead": tf_overhead_block(), "mnist_step": mnist_step_block(),
+            "nfe_ratio": nfe_ratio_block(), "executors": executors_block()}

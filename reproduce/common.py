@@ -585,6 +585,13 @@ def machine():
     tf = sys.modules.get("tensorflow")
     if tf is not None:
         info["gpus"] = [d.name for d in tf.config.list_physical_devices("GPU")]
+        info["tf_enable_onednn_opts"] = os.environ.get("TF_ENABLE_ONEDNN_OPTS")
+    try:
+        with open("/proc/cpuinfo") as f:
+            info["cpu"] = next(line.split(":", 1)[1].strip() for line in f
+                               if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
     return info
 
 

@@ -17,6 +17,7 @@ from reproduce.common import pyplot, save_figure
 from reproduce.markdown import fmt, table
 
 from .models import LABELS, NAMES, T_SPAN, cross_entropy, tf_blocks
+from .train import PAPER_EPOCHS
 
 
 def _solve(dynamics, h, params, tol, stats):
@@ -128,6 +129,17 @@ def plot_memory(path, rows, mode, batch):
     save_figure(fig, path)
 
 
+def epochs_text(m):
+    """'160 of 160', 'budget: 10 of 160 epochs' (the paper's schedule compressed), or a run
+    stopped early: how much of which protocol a row's model was trained for."""
+    done, planned = m["epochs_run"], m["epochs_planned"]
+    images = f" on {m['n_train']:,} images"
+    if planned < PAPER_EPOCHS and m["n_train"] == 60000:
+        text = f"budget: {planned} of {PAPER_EPOCHS} epochs"
+        return (text if done == planned else f"{done} epochs of the {text}") + images
+    return f"{done} of {planned}" + images
+
+
 def table1(models, published=None):
     """Table 1 in markdown: each model's train summary (name -> row of results["table1"]), with
     the published numbers (name -> row of published.TABLE1) beside them when given."""
@@ -151,7 +163,7 @@ def table1(models, published=None):
                          "" if m.get("measured_epoch_seconds") else " (proj.)"),
                      "-" if m.get("mean_nfe_forward") is None else
                      f"{m['mean_nfe_forward']:.1f} / {m['mean_nfe_backward']:.1f}",
-                     f"{m['epochs_run']} of {m['epochs_planned']} on {m['n_train']:,} images"]
+                     epochs_text(m)]
         if pub is not None:
             cells.insert(3, pub["memory"])
             cells.insert(2, f"{pub['params_m']:.2f} M")

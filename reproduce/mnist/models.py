@@ -42,8 +42,8 @@ def tf_blocks(dtype="float32", jit=False):
     Models of one dtype share a set (cached), so each shape is traced once; per-step counts are
     differences of the call counters (`mark`, `counts_since`). jit: the ODE dynamics compiled
     with XLA (on the CPU slower than TensorFlow's own kernels: docs/mnist_step.md)."""
+    from gpu_dynamics import layers, tf_primitive  # first: it sets TensorFlow's CPU kernels
     import tensorflow as tf
-    from gpu_dynamics import layers, tf_primitive
     dt = getattr(tf, dtype)
     return {"down": tf_primitive(layers.downsample, dtype=dt),
             "dynamics": tf_primitive(layers.ode_dynamics, dtype=dt, jit_compile=jit),

@@ -1,10 +1,12 @@
 """The MNIST section of the report: Table 1 beside the published numbers, the memory slopes and
 Figure 3."""
 from reproduce import published
+from reproduce.benchmarks import benchmark
 from reproduce.markdown import (best, choices_block, duration_row, figure_links, fmt, image,
                                 minutes, not_run, run_line, table)
 
 from .figures import table1
+from .train import PAPER_EPOCHS as FULL_EPOCHS
 from .models import LABELS, NAMES
 
 TITLE = "Table 1 and Figure 3: MNIST (Section 3)"
@@ -29,8 +31,11 @@ def section(runs):
         ratio = fig3.get("backward_over_forward_training")
         per_epoch = [f"{e['mean_nfe_forward']:.1f}" for e in fig3.get("training_nfe_per_epoch",
                                                                           [])]
+        per_epoch_ratio = [f"{e['mean_nfe_backward'] / e['mean_nfe_forward']:.2f}"
+                           for e in fig3.get("training_nfe_per_epoch", [])]
         bullets.append(f"- Figure 3(c): backward NFE / forward NFE during training = "
-                       f"{fmt(ratio)} (published: {published.FIGURE3['c']}).")
+                       f"{fmt(ratio)} (published: {published.FIGURE3['c']}); per epoch "
+                       f"{', '.join(per_epoch_ratio)}." + nfe_ratio_text())
         bullets.append(f"- Figure 3(d): mean forward NFE per epoch: {', '.join(per_epoch)} "
                        f"(published: {published.FIGURE3['d']}).")
         rows = [[r["tol"], r["nfe_forward"], r["relative_error"], r["forward_seconds"],
@@ -52,6 +57,27 @@ def section(runs):
         choices_block(record)])
 
 
+def nfe_ratio_text():
+    """The ratio per solver setting on the trained ODE-Net (benchmarks/nfe_ratio.py), if run."""
+    data = benchmark("nfe_ratio")
+    if data is None:
+        return ""
+    rows = data["rows"]
+    closest = min(rows, key=lambda r: abs(r["backward_over_forward"] - 0.5))
+    describe = lambda r: (f"{r['method']} forward, {r['adjoint_method']} adjoint at tol "  # noqa
+                          f"{r['adjoint_tol']:g}, {'seminorm' if r['seminorm'] else 'full norm'}")
+    return (f" Per solver setting, on {data['model']} ({data['batches']} test batches; "
+            f"`{data['command']}`):\n\n"
+            + table(["forward", "adjoint", "adjoint tol", "error norm", "NFE fwd", "NFE bwd",
+                     "bwd / fwd"],
+                    [[r["method"], r["adjoint_method"], f"{r['adjoint_tol']:g}",
+                      "seminorm" if r["seminorm"] else "full", r["nfe_forward"],
+                      r["nfe_backward"], f"{r['backward_over_forward']:.2f}"] for r in rows])
+            + f"\n\n  Training setting ({describe(rows[0])}): "
+            f"{rows[0]['backward_over_forward']:.2f}; closest to the published ~0.5: "
+            f"{describe(closest)}, {closest['backward_over_forward']:.2f}.")
+
+
 def summary(runs):
     record = best(runs)
     if record is None:
@@ -59,6 +85,10 @@ def summary(runs):
     return [f"**Table 1, MNIST** ({record['mode']}: `{record['command']}`)",
             table1(record["results"]["table1"], published.TABLE1),
             image(record, "figure3.png", "Figure 3")]
+
+
+def hours(seconds):
+    return f"{seconds / 3600:.1f} h"
 
 
 def durations(runs):
@@ -72,7 +102,9 @@ def durations(runs):
         for name in NAMES:
             m = record["results"]["table1"].get(name)
             if m and m.get("measured_epoch_seconds"):
-                rows.append(["mnist", "full", f"{LABELS[name]}, per epoch of 60,000 images: "
-                             f"`{m['command']}`", m["date"][:10],
-                             minutes(m["measured_epoch_seconds"])])
+                epoch = m["measured_epoch_seconds"]
+                rows.append(["mnist", "full", f"{LABELS[name]}, {m['epochs_run']} epochs of "
+                             f"60,000 images: `{m['command']}`", m["date"][:10],
+                             f"{minutes(epoch)} per epoch, {hours(m['train_seconds'])} in all; "
+                             f"the paper's {FULL_EPOCHS} epochs: {hours(FULL_EPOCHS * epoch)}"])
     return rows
