@@ -150,16 +150,21 @@ def nfe_ratio_block():
     data = benchmark("nfe_ratio")
     if data is None:
         return "Figure 3(c) benchmark: not run yet (`python benchmarks/nfe_ratio.py`)."
-    rows = [[r["method"], r["adjoint_method"], f"{r['adjoint_tol']:g}",
-             "seminorm" if r["seminorm"] else "full", r["nfe_forward"], r["nfe_backward"],
-             f"{r['backward_over_forward']:.2f}", r["seconds_per_gradient"]]
-            for r in data["rows"]]
     return "\n\n".join([
         f"`{data['command']}` ({data['date']}): one loss gradient of the ODE-Net "
         f"({data['model']}) on each of {data['batches']} test batches of 128, forward tolerance "
         f"{data['forward_tol']:g}; mean NFE. The first row is the training setting.",
-        table(["forward", "adjoint", "adjoint tol", "error norm", "NFE fwd", "NFE bwd",
-               "bwd / fwd", "s per gradient"], rows)])
+        nfe_ratio_table(data, seconds=True)])
+
+
+def nfe_ratio_table(data, seconds=False):
+    """The nfe_ratio benchmark's rows as a markdown table (the seconds per gradient if asked)."""
+    rows = [[r["method"], r["adjoint_method"], f"{r['adjoint_tol']:g}",
+             "seminorm" if r["seminorm"] else "full", r["nfe_forward"], r["nfe_backward"],
+             f"{r['backward_over_forward']:.2f}"] + [r["seconds_per_gradient"]] * seconds
+            for r in data["rows"]]
+    return table(["forward", "adjoint", "adjoint tol", "error norm", "NFE fwd", "NFE bwd",
+                  "bwd / fwd"] + ["s per gradient"] * seconds, rows)
 
 
 def executors_block():

@@ -1,7 +1,7 @@
 """The MNIST section of the report: Table 1 beside the published numbers, the memory slopes and
 Figure 3."""
 from reproduce import published
-from reproduce.benchmarks import benchmark
+from reproduce.benchmarks import benchmark, nfe_ratio_table
 from reproduce.markdown import (best, choices_block, duration_row, figure_links, fmt, image,
                                 minutes, not_run, run_line, table)
 
@@ -63,18 +63,16 @@ def nfe_ratio_text():
     if data is None:
         return ""
     rows = data["rows"]
-    closest = min(rows, key=lambda r: abs(r["backward_over_forward"] - 0.5))
+    closest = min(rows, key=lambda r: abs(r["backward_over_forward"]
+                                         - published.FIGURE3_BACKWARD_OVER_FORWARD))
     describe = lambda r: (f"{r['method']} forward, {r['adjoint_method']} adjoint at tol "  # noqa
                           f"{r['adjoint_tol']:g}, {'seminorm' if r['seminorm'] else 'full norm'}")
     return (f" Per solver setting, on {data['model']} ({data['batches']} test batches; "
             f"`{data['command']}`):\n\n"
-            + table(["forward", "adjoint", "adjoint tol", "error norm", "NFE fwd", "NFE bwd",
-                     "bwd / fwd"],
-                    [[r["method"], r["adjoint_method"], f"{r['adjoint_tol']:g}",
-                      "seminorm" if r["seminorm"] else "full", r["nfe_forward"],
-                      r["nfe_backward"], f"{r['backward_over_forward']:.2f}"] for r in rows])
+            + nfe_ratio_table(data)
             + f"\n\n  Training setting ({describe(rows[0])}): "
-            f"{rows[0]['backward_over_forward']:.2f}; closest to the published ~0.5: "
+            f"{rows[0]['backward_over_forward']:.2f}; closest to the published "
+            f"~{published.FIGURE3_BACKWARD_OVER_FORWARD}: "
             f"{describe(closest)}, {closest['backward_over_forward']:.2f}.")
 
 
