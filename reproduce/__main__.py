@@ -4,9 +4,10 @@ EXPERIMENTS is the registry: each entry is a package reproduce/NAME/ with the sa
 (experiment.py: SETTINGS, CHOICES, units(run), main(argv); figures.py; report.py: its section of
 the report). `all` runs them in this order and the report composes their sections in it.
 
---executor processes|ray runs the experiments' units of work side by side (reproduce/runner.py),
-then evaluates each experiment from what its units wrote; with `all`, the folder flags (--out,
---checkpoint-dir, --weights-dir) name parent folders, each experiment writing into NAME/ there."""
+--executor processes|ray runs the experiments' units of work side by side (reproduce/runner.py)
+and evaluates each experiment from what its units wrote as soon as they are done; with `all`,
+the folder flags (--out, --checkpoint-dir,
+--weights-dir) name parent folders, each experiment writing into NAME/ there."""
 import importlib
 import os
 import sys
@@ -103,18 +104,36 @@ def _timed(name, argv):
 
 
 def _fan_out(argvs, options, report):
-    """Run every unit of the experiments with the executor, then evaluate each experiment whose
-    units all finished (the --resume run without --only), then, for `all` in the default
-    folders (quick or full), write the report."""
+    """Run every unit of the experiments with the executor; evaluate each experiment (the
+    --resume run without --only) as soon as its units have all finished, beside the units of
+    the others; then, for `all` in the default folders (quick or full), write the report."""
     from reproduce import runner
     plans = {name: runner.plan(name, argv) for name, argv in argvs.items()}
-    failures = runner.run_units([u for units, _ in plans.values() for u in units], options)
-    failed = []
-    for name, (units, run) in plans.items():
-        errors = [failures[u] for u in units if failures[u] is not None]
-        for error in errors:
-            print(f"python -m reproduce {name}: error: {error}", file=sys.stderr)
-        if errors or (not run.partial and _timed(name, argvs[name] + ["--resume"])):
+    left = {name: len(units) for name, (units, _) in plans.items()}
+    failed, evaluations, started = [], {}, {}
+
+    def finish(name):
+        if name not in failed and not plans[name][1].partial:
+            started[name] = time.time()
+            evaluations[name] = runner.evaluate(name, argvs[name])
+
+    for name in [n for n, count in left.items() if count == 0]:
+        finish(name)
+    for unit, error in runner.completed([u for units, _ in plans.values() for u in units],
+                                        options):
+        name = unit.experiment
+        if error is not None:
+            print(f"python -m reproduce {name}: error: {error}", file=sys.stderr, flush=True)
+            if name not in failed:
+                failed.append(name)
+        left[name] -= 1
+        if left[name] == 0:
+            finish(name)
+    for name, process in evaluations.items():
+        code = process.wait()
+        print(f"<== {name}: evaluated in {time.time() - started[name]:.0f} s"
+              + (f", exit code {code}" if code else ""), flush=True)
+        if code:
             failed.append(name)
     if failed:
         print(f"failed: {', '.join(failed)}", file=sys.stderr)

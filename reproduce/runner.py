@@ -5,8 +5,9 @@
 
 Every unit (`python -m reproduce units NAME`) runs in a process of its own as
 `python -m reproduce NAME <flags> --resume --only UNIT`, with the driver's output and checkpoint
-folders; when they are all done, python -m reproduce (the driver) evaluates each experiment from
-what its units wrote, in the order of `all`. Always `--resume`: a unit whose process dies is run
+folders; as soon as an experiment's units are all done, python -m reproduce (the driver) starts
+its evaluation from what they wrote (`python -m reproduce NAME <flags> --resume`, a process of
+its own, beside the units still running). Always `--resume`: a unit whose process dies is run
 again (RETRIES times) and continues from its last checkpoint; an earlier run's checkpoints with
 the same settings are continued too.
 
@@ -106,11 +107,21 @@ def plan(name, argv):
     return units, run
 
 
-def run_units(units, options):
-    """Run the units with the chosen executor; {unit: None, or the exception it failed with}."""
+def completed(units, options):
+    """Run the units with the chosen executor; yields (unit, None or the exception it failed
+    with) as each one ends, so that the driver can evaluate an experiment while the units of
+    the others still run."""
     if options.executor == "processes":
         return _processes(units, options.workers or os.cpu_count() or 1)
     return _ray(units, options.workers, options.address)
+
+
+def evaluate(name, argv):
+    """Start the evaluation of one experiment whose units have finished (`python -m reproduce
+    NAME argv --resume` in a process of its own, which dies with this one); its Popen."""
+    print(f"==> python -m reproduce {name} {' '.join(argv)} --resume", flush=True)
+    return subprocess.Popen([sys.executable, "-m", "reproduce", name, *argv, "--resume"],
+                            cwd=ROOT, preexec_fn=_die_with_parent)
 
 
 def _processes(units, workers):
@@ -132,7 +143,8 @@ def _processes(units, workers):
     pool = concurrent.futures.ThreadPoolExecutor(workers)
     futures = {pool.submit(run, unit): unit for unit in units}
     try:
-        return {futures[f]: f.exception() for f in concurrent.futures.as_completed(futures)}
+        for future in concurrent.futures.as_completed(futures):
+            yield futures[future], future.exception()
     finally:
         stopping.set()
         pool.shutdown(cancel_futures=True)
@@ -143,8 +155,9 @@ def _ray(units, workers, address):
     unit's process fails."""
     import ray
 
-    if address is None:
-        ray.init(address="local", num_cpus=workers, include_dashboard=False)
+    if address is None:  # its workers at normal priority, as processes' (Ray's default: nice 15)
+        ray.init(address="local", num_cpus=workers, include_dashboard=False,
+                 _system_config={"worker_niceness": 0})
     else:
         ray.init(address=address)
     tokens = {}
@@ -152,20 +165,20 @@ def _ray(units, workers, address):
         gpus = ray.cluster_resources().get("GPU", 0) > 0
         task = ray.remote(_ray_task)
         tokens.update({folder: _leave_token(folder) for folder in {u.ckpt_dir for u in units}})
-        refs = {u: task.options(name=str(u), num_cpus=u.threads,
-                                num_gpus=1 if u.gpu and gpus else 0, max_retries=RETRIES,
-                                retry_exceptions=[UnitFailed]).remote(u, tokens[u.ckpt_dir])
+        refs = {task.options(name=str(u), num_cpus=u.threads,
+                             num_gpus=1 if u.gpu and gpus else 0, max_retries=RETRIES,
+                             retry_exceptions=[UnitFailed]).remote(u, tokens[u.ckpt_dir]): u
                 for u in units}
-        failures = {}
-        for unit, ref in refs.items():
+        pending = list(refs)
+        while pending:
+            [ref], pending = ray.wait(pending, num_returns=1)
             try:
                 ray.get(ref)
-                failures[unit] = None
+                yield refs[ref], None
             except ray.exceptions.RayTaskError as error:
-                failures[unit] = getattr(error, "cause", None) or error
+                yield refs[ref], getattr(error, "cause", None) or error
             except ray.exceptions.RayError as error:  # e.g. its worker died on every attempt
-                failures[unit] = error
-        return failures
+                yield refs[ref], error
     finally:
         for folder, token in tokens.items():
             os.remove(os.path.join(folder, token))

@@ -325,6 +325,35 @@ def test_last_observation_baseline_against_a_hand_computation():
                                [[11.0, -5.0], [15.0, -7.0]])
 
 
+def test_rmse_by_horizon_scores_each_stretch_of_the_extrapolation_on_its_own():
+    rng = np.random.RandomState(3)
+    target = rng.randn(5, 100, 2)
+    pred = target.copy()
+    pred[:, 50:75] += 0.2  # wrong only in the third stretch
+    np.testing.assert_allclose(SM.rmse_by_horizon(pred, target), [0, 0, 0.2, 0], atol=1e-12)
+    assert len(SM.rmse_by_horizon(pred, target, 3)) == 3
+
+
+def test_window_fit_scores_the_fit_at_the_right_points(monkeypatch):
+    """A model that returns the noise-free points (the latent ODE's path at every window time,
+    an RNN's one-step predictions at observations 2..n) fits the window exactly; shifted by one
+    observation, it does not."""
+    data = SD.make_dataset(100)
+    w, rows, n = SD.SPIRAL["window"], data["test"], 30
+    idx = data["obs_idx"][n][rows]
+    clean = data["clean"][rows, :w]
+    at_obs = np.take_along_axis(clean, idx[..., None], axis=1)
+    monkeypatch.setattr(SM, "rnn_run", lambda *a: (at_obs[:, 1:], None))
+    assert SM.window_fit("rnn", None, data, n, rows, None) == 0.0
+    monkeypatch.setattr(SM, "rnn_run", lambda *a: (at_obs[:, :-1], None))
+    assert SM.window_fit("rnn_dt", None, data, n, rows, None) > 0.05
+    monkeypatch.setattr(SM, "latent_ode_predict", lambda p, xs, times, t, solver: (clean, None))
+    assert SM.window_fit("latent_ode", None, data, n, rows, None) == 0.0
+    monkeypatch.setattr(SM, "latent_ode_predict",
+                        lambda p, xs, times, t, solver: (clean + 0.3, None))
+    assert abs(SM.window_fit("latent_ode", None, data, n, rows, None) - 0.3) < 1e-12
+
+
 # ---------------------------------------------------------------------------------------------
 # The run
 

@@ -48,7 +48,7 @@ SETTINGS = {
     "smoke": dict(n_spirals=40, iters=dict(rnn=5, rnn_dt=5, latent_ode=5, latent_ode_elbo=5),
                   tol=1e-5, ckpt_every=2, validate_every=2),
     "quick": dict(n_spirals=200,
-                  iters=dict(rnn=500, rnn_dt=500, latent_ode=1000, latent_ode_elbo=1000),
+                  iters=dict(rnn=300, rnn_dt=300, latent_ode=400, latent_ode_elbo=400),
                   tol=1e-5, ckpt_every=50, validate_every=50),
     "full": dict(n_spirals=1000,
                  iters=dict(rnn=3000, rnn_dt=3000, latent_ode=20000, latent_ode_elbo=20000),
@@ -251,7 +251,8 @@ def main(argv=None):
                     entry[f"{key}_seeds"] = [r[key] for r in rows]
             entry["last_iterate_rmse_clean_seeds"] = [r["last_iterate"]["rmse_clean"]
                                                       for r in rows]
-            entry["rmse_clean_by_direction_seeds"] = [r["rmse_clean_by_direction"] for r in rows]
+            for key in ("rmse_clean_by_direction", "rmse_clean_by_horizon", "rmse_clean_window"):
+                entry[f"{key}_seeds"] = [r[key] for r in rows]
             table.setdefault(LABELS[model], {})[str(n)] = entry
     for model, label in (("last_observation", "Last observation"),
                          ("linear", "Linear extrapolation")):

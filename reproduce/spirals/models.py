@@ -234,10 +234,34 @@ def score(model, params, data, n, rows, solver, step=None):
     return score_predictions(predict(model, params, data, n, rows, solver, step), data, rows)
 
 
+HORIZONS = 4  # the extrapolation scored in this many equal stretches of time
+
+
+def rmse_by_horizon(pred, target, stretches=HORIZONS):
+    """RMSE of predictions (B, T, 2) over each of `stretches` equal stretches of their T times."""
+    return [rmse(p, t) for p, t in zip(np.array_split(pred, stretches, axis=1),
+                                       np.array_split(target, stretches, axis=1))]
+
+
+def window_fit(model, params, data, n, rows, solver):
+    """Noise-free RMSE inside the observation window: the latent ODE's decoded path at all its
+    points (z0 = the posterior mean), an RNN's one-step predictions at observations 2..n."""
+    xs, times = observed(data, n, rows)
+    clean = data["clean"][rows, :SPIRAL["window"]]
+    if model in LATENT_MODELS:
+        return rmse(latent_ode_predict(params, xs, times, data["t"][:SPIRAL["window"]],
+                                       solver)[0], clean)
+    recon = rnn_run(params, xs, np.diff(times, axis=1), 0, model == "rnn_dt")[0]
+    idx = data["obs_idx"][n][rows][:, 1:]
+    return rmse(recon, np.take_along_axis(clean, idx[..., None], axis=1))
+
+
 def evaluate(model, params, data, n, solver, seed, step=None):
-    """Test-set RMSE (noisy and noise-free, and noise-free per direction: the two arms grow
-    differently, the clockwise one as 1/angle) and the test ELBO (latent ODE) or NLL (RNNs) of
-    the observations."""
+    """Test-set RMSE (noisy and noise-free; noise-free per direction, the two arms grow
+    differently, the clockwise one as 1/angle; noise-free in HORIZONS stretches of the
+    extrapolation and inside the observation window, which tell an error that grows with the
+    horizon from a poor fit), and the test ELBO (latent ODE) or NLL (RNNs) of the
+    observations."""
     rows = data["test"]
     pred = predict(model, params, data, n, rows, solver, step)
     result = score_predictions(pred, data, rows)
@@ -245,6 +269,8 @@ def evaluate(model, params, data, n, solver, seed, step=None):
         name: score_predictions(pred[data["direction"][rows] == d], data,
                                 rows[data["direction"][rows] == d])["rmse_clean"]
         for name, d in (("counter-clockwise", 1), ("clockwise", -1))}
+    result["rmse_clean_by_horizon"] = rmse_by_horizon(pred, data["clean"][rows, SPIRAL["window"]:])
+    result["rmse_clean_window"] = window_fit(model, params, data, n, rows, solver)
     xs, times = observed(data, n, rows)
     if model in LATENT_MODELS:
         eps = np.random.RandomState(seed).randn(len(rows), LATENT)
