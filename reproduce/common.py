@@ -386,8 +386,10 @@ def fit(run, key, params, objective, optimizer, n_iters, every=100, config=None,
     if run.args.evaluate_only:
         return _trained_state(ckpt, log, weights, config, params)
     state = ckpt.load(config)
-    if state is None and run.args.resume and weights.load(config, force=True) is not None:
-        return _trained_state(ckpt, log, weights, config, params)  # finished, kept as weights
+    if state is None and run.args.resume:
+        final = weights.load(config, force=True)
+        if final is not None:
+            return _with_history(final)  # finished, kept as weights
     if state is None:
         state = {"params": params, "optimizer": optimizer.state_dict(),
                  "rng": (rng or model_rng(run.seed, key)).get_state(), "step": 0,
@@ -470,8 +472,13 @@ def _trained_state(ckpt, log, weights, config, params):
     if state is None:
         return {"params": params, "step": 0, "seconds": 0.0, "best": None, "validation": [],
                 "config": config, "history": _history([])}
-    state["history"] = {k: v.tolist() for k, v in state["history"].items()}
-    return state
+    return _with_history(state)
+
+
+def _with_history(final):
+    """Final weights (_final) as a state, their history as lists."""
+    final["history"] = {k: v.tolist() for k, v in final["history"].items()}
+    return final
 
 
 def progress_label(done, planned):

@@ -75,10 +75,14 @@ def load_trained(run, name, config, ignore=()):
     if state is not None:
         state["batches"] = run.log(name).read(state["log_size"])
         return state
-    state = run.final_weights(name).load(config, force=True, ignore=ignore)
-    if state is not None and isinstance(state["batches"], dict):
-        state["batches"] = expand_batches(state["batches"])
-    return state
+    return _with_batches(run.final_weights(name).load(config, force=True, ignore=ignore))
+
+
+def _with_batches(final):
+    """Final weights (or None) with their compact batch columns expanded to the per-batch log."""
+    if final is not None and isinstance(final["batches"], dict):
+        final["batches"] = expand_batches(final["batches"])
+    return final
 
 
 # What the final weights keep of each batch (Table 1's times and NFE, Figure 3's NFE), compactly.
@@ -115,7 +119,7 @@ def train(run, model, train_set, test_set, epochs, batch_size, checkpoint_every)
     if state is None and run.args.resume:  # finished earlier and kept only as final weights?
         done = run.final_weights(model.name).load(config, force=True)
         if done is not None and done["epoch"] == epochs:
-            return load_trained(run, model.name, config)
+            return _with_batches(done)
     if state is None:
         state = fresh_state(model, run.seed, config)
     log.restore(state["log_size"])
