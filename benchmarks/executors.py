@@ -5,7 +5,8 @@ another in one process), processes (2 workers) and ray (a local instance on ever
     python benchmarks/executors.py --smoke    # all --smoke instead (seconds), prints the record
 
 Each run starts from fresh temporary output and checkpoint folders, so that no run resumes
-another's units; their outputs are discarded. The target (issue 18): processes and ray at least
+another's units; their outputs are discarded (with --keep-local-results the local run writes
+its results where `python -m reproduce all --quick` would). The target (issue 18): processes and ray at least
 1.6x faster than local on a 2-core machine. Run it on a quiet machine: other work sharing the
 cores makes the times and their ratios meaningless (the record keeps the load average before
 each run). MNIST's units need the data ($NEURAL_ODES_DATA).
@@ -24,11 +25,12 @@ EXECUTORS = {"local": [], "processes": ["--workers", "2"], "ray": []}
 DEFAULT_OUT = os.path.join(ROOT, "figures", "benchmarks", "executors.json")
 
 
-def timed_run(command):
-    """Seconds of one run of `command`, in fresh folders (its output kept only on failure)."""
+def timed_run(command, keep_results=False):
+    """Seconds of one run of `command`, in a fresh checkpoint folder and (unless keep_results:
+    the experiments' default output folders) a fresh output folder, discarded afterwards."""
     with tempfile.TemporaryDirectory(prefix="executors-") as tmp:
-        command = command + ["--out", os.path.join(tmp, "out"),
-                             "--checkpoint-dir", os.path.join(tmp, "ckpt")]
+        command = command + ([] if keep_results else ["--out", os.path.join(tmp, "out")]) + [
+            "--checkpoint-dir", os.path.join(tmp, "ckpt")]
         log = os.path.join(tmp, "log.txt")
         started = time.perf_counter()
         with open(log, "w") as f:
@@ -46,6 +48,10 @@ def main(argv=None):
                         help="the smoke settings instead of --quick (tests this script)")
     parser.add_argument("--experiment", default="all",
                         help="what to run: all (default) or one experiment's name")
+    parser.add_argument("--keep-local-results", action="store_true",
+                        help="the local run writes its results and figures where a run by hand "
+                             "would (figures/NAME/quick): the timing run doubles as the quick "
+                             "results")
     parser.add_argument("--out", default=None,
                         help=f"the record (default {os.path.relpath(DEFAULT_OUT, ROOT)}; with "
                              "--smoke, printed only)")
@@ -59,7 +65,8 @@ def main(argv=None):
         commands[executor] = " ".join(command)
         load[executor] = round(os.getloadavg()[0], 2)
         print(f"{commands[executor]} ...", end=" ", flush=True)
-        wall[executor] = round(timed_run([sys.executable] + command[1:]), 1)
+        keep = args.keep_local_results and executor == "local"
+        wall[executor] = round(timed_run([sys.executable] + command[1:], keep), 1)
         print(f"{wall[executor]} s", flush=True)
     record = {
         "benchmark": "executors",
@@ -71,7 +78,9 @@ def main(argv=None):
         "wall_s": wall,
         "speedup_over_local": {e: round(wall["local"] / wall[e], 2) for e in wall},
         "load_average_1min_before": load,
-        "note": "each run in fresh temporary output and checkpoint folders",
+        "note": "each run in fresh temporary checkpoint folders and, "
+                + ("but the local run, " if args.keep_local_results else "")
+                + "fresh temporary output folders",
     }
     out = args.out or (None if args.smoke else DEFAULT_OUT)
     if out:
