@@ -6,8 +6,8 @@ another in one process), processes (2 workers) and ray (a local instance on ever
 
 Each run starts from fresh temporary output and checkpoint folders, so that no run resumes
 another's units; their outputs are discarded (with --keep-local-results the local run writes
-its results where `python -m reproduce all --quick` would). The target (issue 18): processes and ray at least
-1.6x faster than local on a 2-core machine. Run it on a quiet machine: other work sharing the
+its results where `python -m reproduce all --quick` would). The target (issue 18): processes and
+ray at least 1.6x faster than local on a 2-core machine. Run it on a quiet machine: other work sharing the
 cores makes the times and their ratios meaningless (the record keeps the load average before
 each run). MNIST's units need the data ($NEURAL_ODES_DATA).
 """
@@ -78,9 +78,9 @@ def main(argv=None):
         "wall_s": wall,
         "speedup_over_local": {e: round(wall["local"] / wall[e], 2) for e in wall},
         "load_average_1min_before": load,
-        "note": "each run in fresh temporary checkpoint folders and, "
-                + ("but the local run, " if args.keep_local_results else "")
-                + "fresh temporary output folders",
+        "note": "each run in fresh temporary checkpoint and output folders"
+                + (", but the local run in the default output folders"
+                   if args.keep_local_results else ""),
     }
     out = args.out or (None if args.smoke else DEFAULT_OUT)
     if out:

@@ -6,8 +6,8 @@ the report). `all` runs them in this order and the report composes their section
 
 --executor processes|ray runs the experiments' units of work side by side (reproduce/runner.py)
 and evaluates each experiment from what its units wrote as soon as they are done; with `all`,
-the folder flags (--out, --checkpoint-dir,
---weights-dir) name parent folders, each experiment writing into NAME/ there."""
+the folder flags (--out, --checkpoint-dir, --weights-dir) name parent folders, each experiment
+writing into NAME/ there."""
 import importlib
 import os
 import sys
@@ -110,12 +110,11 @@ def _fan_out(argvs, options, report):
     from reproduce import runner
     plans = {name: runner.plan(name, argv) for name, argv in argvs.items()}
     left = {name: len(units) for name, (units, _) in plans.items()}
-    failed, evaluations, started = [], {}, {}
+    failed, evaluations = [], {}  # name -> (its evaluation's process, when it started)
 
     def finish(name):
         if name not in failed and not plans[name][1].partial:
-            started[name] = time.time()
-            evaluations[name] = runner.evaluate(name, argvs[name])
+            evaluations[name] = runner.evaluate(name, argvs[name]), time.time()
 
     for name in [n for n, count in left.items() if count == 0]:
         finish(name)
@@ -129,9 +128,9 @@ def _fan_out(argvs, options, report):
         left[name] -= 1
         if left[name] == 0:
             finish(name)
-    for name, process in evaluations.items():
+    for name, (process, started) in evaluations.items():
         code = process.wait()
-        print(f"<== {name}: evaluated in {time.time() - started[name]:.0f} s"
+        print(f"<== {name}: evaluated in {time.time() - started:.0f} s"
               + (f", exit code {code}" if code else ""), flush=True)
         if code:
             failed.append(name)

@@ -341,17 +341,22 @@ def test_window_fit_scores_the_fit_at_the_right_points(monkeypatch):
     data = SD.make_dataset(100)
     w, rows, n = SD.SPIRAL["window"], data["test"], 30
     idx = data["obs_idx"][n][rows]
-    clean = data["clean"][rows, :w]
-    at_obs = np.take_along_axis(clean, idx[..., None], axis=1)
-    monkeypatch.setattr(SM, "rnn_run", lambda *a: (at_obs[:, 1:], None))
-    assert SM.window_fit("rnn", None, data, n, rows, None) == 0.0
-    monkeypatch.setattr(SM, "rnn_run", lambda *a: (at_obs[:, :-1], None))
-    assert SM.window_fit("rnn_dt", None, data, n, rows, None) > 0.05
+    clean = data["clean"][rows]
+    at_obs = np.take_along_axis(clean[:, :w], idx[..., None], axis=1)
+
+    def window_fit(model):
+        return SM.rmse(*SM.predictions(model, None, data, n, rows, None, step=1.0)[1])
+
+    monkeypatch.setattr(SM, "rnn_predict", lambda *a: (at_obs[:, 1:], None))
+    assert window_fit("rnn") == 0.0
+    monkeypatch.setattr(SM, "rnn_predict", lambda *a: (at_obs[:, :-1], None))
+    assert window_fit("rnn_dt") > 0.05
     monkeypatch.setattr(SM, "latent_ode_predict", lambda p, xs, times, t, solver: (clean, None))
-    assert SM.window_fit("latent_ode", None, data, n, rows, None) == 0.0
+    assert window_fit("latent_ode") == 0.0
     monkeypatch.setattr(SM, "latent_ode_predict",
                         lambda p, xs, times, t, solver: (clean + 0.3, None))
-    assert abs(SM.window_fit("latent_ode", None, data, n, rows, None) - 0.3) < 1e-12
+    assert abs(window_fit("latent_ode") - 0.3) < 1e-12
+    assert SM.predictions("last_observation", None, data, n, rows, None)[1] is None
 
 
 # ---------------------------------------------------------------------------------------------

@@ -204,20 +204,32 @@ def rmse(pred, target):
     return float(np.sqrt(np.mean((pred - target) ** 2)))
 
 
-def predict(model, params, data, n, rows, solver, step=None):
-    """Each model's predictions (B, extrap, 2) at the extrapolation times t_100..t_199 of the
-    given spirals, from their n noisy observations."""
+def predictions(model, params, data, n, rows, solver, step=None):
+    """From the n noisy observations of the given spirals, one solve (or run) each: the model's
+    predictions (B, extrap, 2) at the extrapolation times t_100..t_199, and its fit inside the
+    observation window as (fit, the noise-free points it fits): the latent ODE's decoded path at
+    every window time, an RNN's one-step predictions at observations 2..n; None for the trivial
+    baselines."""
     w = SPIRAL["window"]
     xs, times = observed(data, n, rows)
+    clean = data["clean"][rows, :w]
     if model in LATENT_MODELS:
-        return latent_ode_predict(params, xs, times, data["t"], solver)[0][:, w:]
+        path = latent_ode_predict(params, xs, times, data["t"], solver)[0]
+        return path[:, w:], (path[:, :w], clean)
     if model in ("rnn", "rnn_dt"):
-        return rnn_predict(params, xs, times, data["t"][w:], model == "rnn_dt", step)[1]
+        recon, future = rnn_predict(params, xs, times, data["t"][w:], model == "rnn_dt", step)
+        at_obs = np.take_along_axis(clean, data["obs_idx"][n][rows][:, 1:, None], axis=1)
+        return future, (recon, at_obs)
     if model == "last_observation":
-        return last_observation(xs, data["t"][w:])
+        return last_observation(xs, data["t"][w:]), None
     if model == "linear":
-        return linear_extrapolation(xs, times, data["t"][w:])
+        return linear_extrapolation(xs, times, data["t"][w:]), None
     raise ValueError(f"unknown model {model!r}")
+
+
+def predict(model, params, data, n, rows, solver, step=None):
+    """predictions' first part: the predictions (B, extrap, 2) at the extrapolation times."""
+    return predictions(model, params, data, n, rows, solver, step)[0]
 
 
 def score_predictions(pred, data, rows):
@@ -243,19 +255,6 @@ def rmse_by_horizon(pred, target, stretches=HORIZONS):
                                        np.array_split(target, stretches, axis=1))]
 
 
-def window_fit(model, params, data, n, rows, solver):
-    """Noise-free RMSE inside the observation window: the latent ODE's decoded path at all its
-    points (z0 = the posterior mean), an RNN's one-step predictions at observations 2..n."""
-    xs, times = observed(data, n, rows)
-    clean = data["clean"][rows, :SPIRAL["window"]]
-    if model in LATENT_MODELS:
-        return rmse(latent_ode_predict(params, xs, times, data["t"][:SPIRAL["window"]],
-                                       solver)[0], clean)
-    recon = rnn_run(params, xs, np.diff(times, axis=1), 0, model == "rnn_dt")[0]
-    idx = data["obs_idx"][n][rows][:, 1:]
-    return rmse(recon, np.take_along_axis(clean, idx[..., None], axis=1))
-
-
 def evaluate(model, params, data, n, solver, seed, step=None):
     """Test-set RMSE (noisy and noise-free; noise-free per direction, the two arms grow
     differently, the clockwise one as 1/angle; noise-free in HORIZONS stretches of the
@@ -263,14 +262,14 @@ def evaluate(model, params, data, n, solver, seed, step=None):
     horizon from a poor fit), and the test ELBO (latent ODE) or NLL (RNNs) of the
     observations."""
     rows = data["test"]
-    pred = predict(model, params, data, n, rows, solver, step)
+    pred, window = predictions(model, params, data, n, rows, solver, step)
     result = score_predictions(pred, data, rows)
     result["rmse_clean_by_direction"] = {
         name: score_predictions(pred[data["direction"][rows] == d], data,
                                 rows[data["direction"][rows] == d])["rmse_clean"]
         for name, d in (("counter-clockwise", 1), ("clockwise", -1))}
     result["rmse_clean_by_horizon"] = rmse_by_horizon(pred, data["clean"][rows, SPIRAL["window"]:])
-    result["rmse_clean_window"] = window_fit(model, params, data, n, rows, solver)
+    result["rmse_clean_window"] = rmse(*window)
     xs, times = observed(data, n, rows)
     if model in LATENT_MODELS:
         eps = np.random.RandomState(seed).randn(len(rows), LATENT)

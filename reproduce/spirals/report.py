@@ -2,6 +2,7 @@
 the solver measurements and the reproduction choices."""
 from reproduce import published
 from reproduce.latent import solver_speed_block
+from .data import SPIRAL
 from reproduce.markdown import (best, choices_block, duration_row, figure_links, fmt, image,
                                 not_run, run_line, table)
 
@@ -31,16 +32,25 @@ def table2(record):
     return table(["model"] + [f"{n}/100 observations" for n in ns], rows)
 
 
+def _seed_means(record, key):
+    """(model, n, the mean over seeds of entry[key + "_seeds"]) for every Table 2 entry that
+    holds it: a number, or a list or dict of numbers averaged entry by entry."""
+    for model, by_n in record["results"]["table2_rmse"].items():
+        for n, entry in by_n.items():
+            seeds = entry.get(f"{key}_seeds")
+            if seeds:
+                if isinstance(seeds[0], dict):
+                    yield model, n, {k: sum(s[k] for s in seeds) / len(seeds) for k in seeds[0]}
+                elif isinstance(seeds[0], list):
+                    yield model, n, [sum(col) / len(seeds) for col in zip(*seeds)]
+                else:
+                    yield model, n, sum(seeds) / len(seeds)
+
+
 def by_direction(record):
     """Noise-free RMSE per direction of the test spirals (mean over seeds), where measured."""
-    res = record["results"]["table2_rmse"]
-    rows = []
-    for model, by_n in res.items():
-        for n, entry in by_n.items():
-            seeds = entry.get("rmse_clean_by_direction_seeds")
-            if seeds:
-                rows.append([model, n] + [sum(s[d] for s in seeds) / len(seeds)
-                                          for d in ("counter-clockwise", "clockwise")])
+    rows = [[model, n, means["counter-clockwise"], means["clockwise"]]
+            for model, n, means in _seed_means(record, "rmse_clean_by_direction")]
     if not rows:
         return ""
     return ("Noise-free RMSE per direction of the test spirals (mean over seeds; the clockwise "
@@ -52,25 +62,18 @@ def by_direction(record):
 def by_horizon(record):
     """Noise-free RMSE inside the observation window and over each stretch of the
     extrapolation (mean over seeds), where measured."""
-    res = record["results"]["table2_rmse"]
-    rows, stretches = [], None
-    for model, by_n in res.items():
-        for n, entry in by_n.items():
-            seeds = entry.get("rmse_clean_by_horizon_seeds")
-            if seeds:
-                stretches = len(seeds[0])
-                window = entry["rmse_clean_window_seeds"]
-                rows.append([model, n, sum(window) / len(window)]
-                            + [sum(s[k] for s in seeds) / len(seeds) for k in range(stretches)])
+    window = {(model, n): mean for model, n, mean in _seed_means(record, "rmse_clean_window")}
+    rows = [[model, n, window[model, n], *means]
+            for model, n, means in _seed_means(record, "rmse_clean_by_horizon")]
     if not rows:
         return ""
-    size = 100 // stretches
-    return ("Noise-free RMSE inside the observation window (the latent ODE's decoded path at all "
-            "100 points, an RNN's one-step predictions at its observations) and over each "
+    w, size = SPIRAL["window"], SPIRAL["extrap"] // (len(rows[0]) - 3)
+    return (f"Noise-free RMSE inside the observation window (the latent ODE's decoded path at all "
+            f"{w} points, an RNN's one-step predictions at its observations) and over each "
             f"stretch of {size} extrapolation times (mean over seeds): an error that grows with "
             "the horizon from a good fit of the window is the dynamics', not the fit's:\n\n"
-            + table(["model", "n", "window"] + [f"t{100 + k * size}-{99 + (k + 1) * size}"
-                                                for k in range(stretches)], rows))
+            + table(["model", "n", "window"] + [f"t{w + k * size}-{w - 1 + (k + 1) * size}"
+                                                for k in range(len(rows[0]) - 3)], rows))
 
 
 def section(runs):
