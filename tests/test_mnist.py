@@ -358,3 +358,13 @@ def test_bad_arguments_and_missing_data(tmp_path, capsys):
         assert message in err and len(err.strip().splitlines()) == 1
     assert mnist.main(_argv(tmp_path, "--data-dir", str(tmp_path))) == 2
     assert "train-images-idx3-ubyte.gz is missing" in capsys.readouterr().err
+
+
+def test_report_convergence_bullet_shows_the_curve_and_the_last_epochs_range():
+    from reproduce.mnist.report import convergence
+    budget = [{"test_error_pct": e} for e in (3.0, 1.0, 0.7, 0.52, 0.5)]
+    full = [{"test_error_pct": 2.0}] * 120 + [{"test_error_pct": 1.4 + 0.01 * i} for i in range(40)]
+    text = convergence({"resnet": {"history": budget}, "mlp": {"history": full}})
+    assert "ResNet: 3.00, 1.00, 0.70, 0.52, 0.50 (last 3 epochs 0.50-0.70)" in text
+    assert "1-layer MLP (last 40 epochs 1.40-1.79)" in text  # 160 epochs: no curve, a quarter
+    assert "ODE-Net" not in text  # a model without a run is left out

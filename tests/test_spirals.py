@@ -425,3 +425,26 @@ def test_training_split_by_n_then_gathered_gives_the_numbers_of_one_run(tmp_path
     assert not any(p.is_file() for p in (tmp_path / "byn_ckpt").iterdir())
     again = json.loads((tmp_path / "byn" / "results.json").read_text())["results"]
     assert again["table2_rmse"] == table
+
+
+@pytest.mark.slow
+def test_table2_means_only_the_finished_seeds_and_lists_the_others(tmp_path):
+    # seed 0: 4 models x 3 n x 5 iterations = 60 steps; then RNN n = 30 seed 1 finishes (65) and
+    # RNN + dt n = 30 seed 1 is killed after 2 more (its checkpoint at step 2)
+    with pytest.raises(KeyboardInterrupt):
+        _run(tmp_path, "p", "--seeds", "0", "1", "--stop-after", "67")
+    assert _run(tmp_path, "p", "--seeds", "0", "1", "--resume", "--evaluate-only") == 0
+    record = json.loads((tmp_path / "p" / "results.json").read_text())["results"]
+    table = record["table2_rmse"]
+    assert table["RNN"]["30"]["seeds"] == [0, 1] and "unfinished_seeds" not in table["RNN"]["30"]
+    dt = table["RNN + dt"]["30"]
+    assert dt["seeds"] == [0] and dt["rmse_clean_seeds"] == [dt["rmse_clean"]]
+    assert dt["unfinished_seeds"]["1"]["iterations"] == 2 and dt["unfinished_seeds"]["1"]["of"] == 5
+    assert set(table["Latent ODE"]["100"]["unfinished_seeds"]) == {"1"}  # never started
+    assert table["Latent ODE, window ELBO"]["30"]["seeds"] == [0]  # one seed by design
+    assert "rnn_dt_n30_seed1 2 of 5" in record["note"]
+    from reproduce.spirals.report import unfinished_note
+    assert unfinished_note(dt) == "; 1 of 2 seeds finished"
+    assert unfinished_note(table["RNN"]["30"]) == ""
+    assert unfinished_note({"seeds": [0, 1], "unfinished_seeds": {"0": {}, "1": {}}}) == (
+        "; no seed finished (2 partly trained)")

@@ -19,7 +19,7 @@ def section(runs):
     res = record["results"]
     slopes = (res.get("memory") or {}).get("slopes_mb", {})
     fig3 = res.get("figure3") or {}
-    bullets = []
+    bullets = [convergence(res["table1"])] if res["table1"] else []
     if slopes:
         bullets.append(f"- Memory (Table 1's O() column, measured): ResNet "
                        f"+{slopes.get('resnet_per_block', 0):.2f} MB per residual block (O(L)); "
@@ -55,6 +55,23 @@ def section(runs):
         "\n".join(bullets),
         figure_links(record, ["figure3.png", "memory.png"]),
         choices_block(record)])
+
+
+def convergence(table):
+    """A bullet to judge whether each run reached its plateau: the budget runs' test error per
+    epoch, and every model's range over the last quarter of its epochs (at least three)."""
+    parts = []
+    for name in NAMES:
+        history = (table.get(name) or {}).get("history") or []
+        if not history:
+            continue
+        errors = [h["test_error_pct"] for h in history]
+        last = errors[-max(3, len(errors) // 4):]
+        curve = (f": {', '.join(f'{e:.2f}' for e in errors)}"
+                 if len(errors) < FULL_EPOCHS else "")
+        parts.append(f"{LABELS[name]}{curve} (last {len(last)} epochs "
+                     f"{min(last):.2f}-{max(last):.2f})")
+    return "- Test error % per epoch, to judge the plateau: " + "; ".join(parts) + "."
 
 
 def nfe_ratio_text():

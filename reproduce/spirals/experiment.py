@@ -240,8 +240,17 @@ def main(argv=None):
     for model in MODELS:
         for n in N_OBS:
             model_seeds = _model_seeds(run, model)
-            rows = [per_seed[model, n, s] for s in model_seeds]
-            entry = {"seeds": model_seeds}
+            finished = [s for s in model_seeds
+                        if states[model, n, s]["step"] >= cfg["iters"][model]]
+            used = finished or model_seeds  # over the finished runs; over all if none finished
+            rows = [per_seed[model, n, s] for s in used]
+            entry = {"seeds": used}
+            unfinished = {str(s): {"iterations": states[model, n, s]["step"],
+                                   "of": cfg["iters"][model],
+                                   "rmse_clean": per_seed[model, n, s]["rmse_clean"]}
+                          for s in model_seeds if s not in finished}
+            if unfinished:
+                entry["unfinished_seeds"] = unfinished
             for key in ("rmse_clean", "rmse_noisy"):
                 values = [r[key] for r in rows]
                 entry[key], entry[f"{key}_sd"] = _summary(values)
@@ -290,7 +299,9 @@ def main(argv=None):
         "iterations": cfg["iters"],
         "training": {m: dict(TRAINING[m], iterations=cfg["iters"][m]) for m in MODELS},
         "seeds": f"{len(seeds)} training seeds ({', '.join(map(str, seeds))}): Table 2 shows "
-                 "the mean and the sample standard deviation over them; "
+                 "the mean and the sample standard deviation over them (over those that "
+                 "finished their training, where some have not: the others are kept under "
+                 "unfinished_seeds with how far they trained); "
                  + ", ".join(f"{LABELS[m]}: the first {TRAINING[m]['seeds']} only" for m in MODELS
                              if TRAINING[m]["seeds"] is not None),
         "solver": solver_text + f"; the adjoint solved by {ADJOINT_METHOD}; every test number "

@@ -23,13 +23,25 @@ def table2(record):
         clean = fmt(entry["rmse_clean"])
         if seeds > 1:
             clean += f" ± {fmt(entry['rmse_clean_sd'])}"
-        return f"{clean} ({fmt(entry['rmse_noisy'])})"
+        return f"{clean} ({fmt(entry['rmse_noisy'])}){unfinished_note(entry)}"
 
     rows = [[model] + [cell(by_n[n]) for n in ns] for model, by_n in res.items()]
     for model, key in (("RNN (published; compare RNN + dt)", "rnn"),
                        ("Latent ODE (published)", "latent_ode")):
         rows.append([model] + [f"{published.TABLE2[key][int(n)]:.4f}" for n in ns])
     return table(["model"] + [f"{n}/100 observations" for n in ns], rows)
+
+
+def unfinished_note(entry):
+    """What a Table 2 cell says of its seeds that have not finished training (nothing if all
+    have): the mean is over the finished ones, or over all of them if none has finished."""
+    unfinished = entry.get("unfinished_seeds")
+    if not unfinished:
+        return ""
+    used = entry["seeds"]
+    if any(str(s) in unfinished for s in used):
+        return f"; no seed finished ({len(used)} partly trained)"
+    return f"; {len(used)} of {len(used) + len(unfinished)} seeds finished"
 
 
 def _seed_means(record, key):
