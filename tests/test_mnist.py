@@ -364,7 +364,11 @@ def test_report_convergence_bullet_shows_the_curve_and_the_last_epochs_range():
     from reproduce.mnist.report import convergence
     budget = [{"test_error_pct": e} for e in (3.0, 1.0, 0.7, 0.52, 0.5)]
     full = [{"test_error_pct": 2.0}] * 120 + [{"test_error_pct": 1.4 + 0.01 * i} for i in range(40)]
-    text = convergence({"resnet": {"history": budget}, "mlp": {"history": full}})
+    text = convergence({"resnet": {"history": budget, "epochs_planned": 5},
+                        "mlp": {"history": full, "epochs_planned": 160},
+                        "rknet": {"history": budget[:2], "epochs_planned": 160}})
     assert "ResNet: 3.00, 1.00, 0.70, 0.52, 0.50 (last 3 epochs 0.50-0.70)" in text
     assert "1-layer MLP (last 40 epochs 1.40-1.79)" in text  # 160 epochs: no curve, a quarter
+    assert "RK-Net (last 2 epochs 1.00-3.00)" in text  # a full run cut short: no curve either
     assert "ODE-Net" not in text  # a model without a run is left out
+    assert convergence({"odenet": {"history": []}}) is None

@@ -438,13 +438,20 @@ def test_table2_means_only_the_finished_seeds_and_lists_the_others(tmp_path):
     table = record["table2_rmse"]
     assert table["RNN"]["30"]["seeds"] == [0, 1] and "unfinished_seeds" not in table["RNN"]["30"]
     dt = table["RNN + dt"]["30"]
-    assert dt["seeds"] == [0] and dt["rmse_clean_seeds"] == [dt["rmse_clean"]]
+    assert dt["seeds"] == [0] and len(dt["rmse_clean_by_horizon_seeds"]) == 1
     assert dt["unfinished_seeds"]["1"]["iterations"] == 2 and dt["unfinished_seeds"]["1"]["of"] == 5
-    assert set(table["Latent ODE"]["100"]["unfinished_seeds"]) == {"1"}  # never started
+    assert dt["rmse_clean"] != dt["unfinished_seeds"]["1"]["rmse_clean"]
+    assert table["Latent ODE"]["100"]["unfinished_seeds"]["1"]["iterations"] == 0  # not started
     assert table["Latent ODE, window ELBO"]["30"]["seeds"] == [0]  # one seed by design
     assert "rnn_dt_n30_seed1 2 of 5" in record["note"]
     from reproduce.spirals.report import unfinished_note
     assert unfinished_note(dt) == "; 1 of 2 seeds finished"
     assert unfinished_note(table["RNN"]["30"]) == ""
-    assert unfinished_note({"seeds": [0, 1], "unfinished_seeds": {"0": {}, "1": {}}}) == (
-        "; no seed finished (2 partly trained)")
+    # seed 1 alone: no seed of the RNN + dt finished, the partly trained one is averaged
+    assert _run(tmp_path, "p", "--seeds", "1", "--resume", "--evaluate-only",
+                "--out", str(tmp_path / "p1")) == 0
+    table = json.loads((tmp_path / "p1" / "results.json").read_text())["results"]["table2_rmse"]
+    assert table["RNN"]["30"]["seeds"] == [1] and "unfinished_seeds" not in table["RNN"]["30"]
+    dt1 = table["RNN + dt"]["30"]
+    assert dt1["seeds"] == [1] and dt1["rmse_clean"] == dt["unfinished_seeds"]["1"]["rmse_clean"]
+    assert unfinished_note(dt1) == "; no seed finished: 2 of 5 iterations"

@@ -19,7 +19,7 @@ def section(runs):
     res = record["results"]
     slopes = (res.get("memory") or {}).get("slopes_mb", {})
     fig3 = res.get("figure3") or {}
-    bullets = [convergence(res["table1"])] if res["table1"] else []
+    bullets = [b for b in [convergence(res["table1"])] if b]
     if slopes:
         bullets.append(f"- Memory (Table 1's O() column, measured): ResNet "
                        f"+{slopes.get('resnet_per_block', 0):.2f} MB per residual block (O(L)); "
@@ -58,20 +58,22 @@ def section(runs):
 
 
 def convergence(table):
-    """A bullet to judge whether each run reached its plateau: the budget runs' test error per
-    epoch, and every model's range over the last quarter of its epochs (at least three)."""
+    """A bullet to judge whether each run reached its plateau: the test error per epoch of the
+    runs planned shorter than the paper's (budget, quick), and every model's range over the last
+    quarter of its epochs (at least three); None without a training history."""
     parts = []
     for name in NAMES:
-        history = (table.get(name) or {}).get("history") or []
-        if not history:
+        row = table.get(name) or {}
+        errors = [h["test_error_pct"] for h in row.get("history") or []]
+        if not errors:
             continue
-        errors = [h["test_error_pct"] for h in history]
         last = errors[-max(3, len(errors) // 4):]
         curve = (f": {', '.join(f'{e:.2f}' for e in errors)}"
-                 if len(errors) < FULL_EPOCHS else "")
-        parts.append(f"{LABELS[name]}{curve} (last {len(last)} epochs "
+                 if row.get("epochs_planned", len(errors)) < FULL_EPOCHS else "")
+        parts.append(f"{LABELS[name]}{curve} (last {len(last)} epoch{'s' * (len(last) > 1)} "
                      f"{min(last):.2f}-{max(last):.2f})")
-    return "- Test error % per epoch, to judge the plateau: " + "; ".join(parts) + "."
+    return ("- Test error % per epoch, to judge the plateau: " + "; ".join(parts) + "."
+            if parts else None)
 
 
 def nfe_ratio_text():

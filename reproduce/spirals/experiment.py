@@ -240,14 +240,18 @@ def main(argv=None):
     for model in MODELS:
         for n in N_OBS:
             model_seeds = _model_seeds(run, model)
-            finished = [s for s in model_seeds
-                        if states[model, n, s]["step"] >= cfg["iters"][model]]
-            used = finished or model_seeds  # over the finished runs; over all if none finished
+            steps = {s: states[model, n, s]["step"] for s in model_seeds}
+            finished = [s for s in model_seeds if steps[s] >= cfg["iters"][model]]
+            # "seeds": those averaged: the finished runs, else those that started, else all
+            used = finished or [s for s in model_seeds if steps[s] > 0] or model_seeds
             rows = [per_seed[model, n, s] for s in used]
             entry = {"seeds": used}
-            unfinished = {str(s): {"iterations": states[model, n, s]["step"],
-                                   "of": cfg["iters"][model],
-                                   "rmse_clean": per_seed[model, n, s]["rmse_clean"]}
+            unfinished = {str(s): {"iterations": steps[s], "of": cfg["iters"][model],
+                                   "best_step": per_seed[model, n, s]["best_step"],
+                                   **{k: per_seed[model, n, s][k]
+                                      for k in ("rmse_clean", "rmse_noisy")},
+                                   "last_iterate_rmse_clean":
+                                       per_seed[model, n, s]["last_iterate"]["rmse_clean"]}
                           for s in model_seeds if s not in finished}
             if unfinished:
                 entry["unfinished_seeds"] = unfinished
@@ -300,8 +304,9 @@ def main(argv=None):
         "training": {m: dict(TRAINING[m], iterations=cfg["iters"][m]) for m in MODELS},
         "seeds": f"{len(seeds)} training seeds ({', '.join(map(str, seeds))}): Table 2 shows "
                  "the mean and the sample standard deviation over them (over those that "
-                 "finished their training, where some have not: the others are kept under "
-                 "unfinished_seeds with how far they trained); "
+                 "finished their training where some have not, over those that started where "
+                 "none has; table2_rmse's \"seeds\" are the seeds averaged, the others are "
+                 "kept under unfinished_seeds with how far they trained); "
                  + ", ".join(f"{LABELS[m]}: the first {TRAINING[m]['seeds']} only" for m in MODELS
                              if TRAINING[m]["seeds"] is not None),
         "solver": solver_text + f"; the adjoint solved by {ADJOINT_METHOD}; every test number "

@@ -40,13 +40,16 @@ def unfinished_note(entry):
         return ""
     used = entry["seeds"]
     if any(str(s) in unfinished for s in used):
-        return f"; no seed finished ({len(used)} partly trained)"
+        trained = [unfinished[str(s)] for s in used]
+        return "; no seed finished: " + ", ".join(f"{u['iterations']} of {u['of']} iterations"
+                                                  for u in trained)
     return f"; {len(used)} of {len(used) + len(unfinished)} seeds finished"
 
 
 def _seed_means(record, key):
-    """(model, n, the mean over seeds of entry[key + "_seeds"]) for every Table 2 entry that
-    holds it: a number, or a list or dict of numbers averaged entry by entry."""
+    """(model, n, the mean over the seeds Table 2 averages of entry[key + "_seeds"]) for every
+    Table 2 entry that holds it: a number, or a list or dict of numbers averaged entry by
+    entry."""
     for model, by_n in record["results"]["table2_rmse"].items():
         for n, entry in by_n.items():
             seeds = entry.get(f"{key}_seeds")
@@ -65,9 +68,9 @@ def by_direction(record):
             for model, n, means in _seed_means(record, "rmse_clean_by_direction")]
     if not rows:
         return ""
-    return ("Noise-free RMSE per direction of the test spirals (mean over seeds; the clockwise "
-            "arm's radius grows as 1/angle, to 15 at its far end, the counter-clockwise arm's in "
-            "proportion to the angle, to 5.7):\n\n"
+    return ("Noise-free RMSE per direction of the test spirals (mean over the seeds of Table 2; "
+            "the clockwise arm's radius grows as 1/angle, to 15 at its far end, the "
+            "counter-clockwise arm's in proportion to the angle, to 5.7):\n\n"
             + table(["model", "n", "counter-clockwise", "clockwise"], rows))
 
 
@@ -82,8 +85,9 @@ def by_horizon(record):
     w, size = SPIRAL["window"], SPIRAL["extrap"] // (len(rows[0]) - 3)
     return (f"Noise-free RMSE inside the observation window (the latent ODE's decoded path at all "
             f"{w} points, an RNN's one-step predictions at its observations) and over each "
-            f"stretch of {size} extrapolation times (mean over seeds): an error that grows with "
-            "the horizon from a good fit of the window is the dynamics', not the fit's:\n\n"
+            f"stretch of {size} extrapolation times (mean over the seeds of Table 2): an error "
+            "that grows with the horizon from a good fit of the window is the dynamics', not the "
+            "fit's:\n\n"
             + table(["model", "n", "window"] + [f"t{w + k * size}-{w - 1 + (k + 1) * size}"
                                                 for k in range(len(rows[0]) - 3)], rows))
 
