@@ -447,6 +447,13 @@ def test_table2_means_only_the_finished_seeds_and_lists_the_others(tmp_path):
     from reproduce.spirals.report import unfinished_note
     assert unfinished_note(dt) == "; 1 of 2 seeds finished"
     assert unfinished_note(table["RNN"]["30"]) == ""
+    from reproduce.markdown import fmt
+    from reproduce.spirals.report import table2
+    dt_cell = fmt(dt["rmse_clean"])  # one finished seed: no sd
+    assert f"| {dt_cell} ({fmt(dt['rmse_noisy'])}); 1 of 2 seeds finished |" in table2(
+        {"results": record})
+    compact = table2({"results": record}, compact=True)
+    assert f"| {dt_cell}* |" in compact and "(" not in compact.split("| RNN (published")[0]
     # seed 1 alone: no seed of the RNN + dt finished, the partly trained one is averaged
     assert _run(tmp_path, "p", "--seeds", "1", "--resume", "--evaluate-only",
                 "--out", str(tmp_path / "p1")) == 0

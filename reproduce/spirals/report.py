@@ -14,7 +14,9 @@ def trained_seconds(record):
     return sum(s.get("seconds_total") or 0 for s in record["results"]["training"].values())
 
 
-def table2(record):
+def table2(record, compact=False):
+    """Table 2 beside the published rows: noise-free mean ± sd, the noisy RMSE in brackets and
+    what is unfinished; compact (the README): noise-free only, * marking unfinished seeds."""
     res = record["results"]["table2_rmse"]
     ns = sorted(next(iter(res.values())), key=int)
 
@@ -23,6 +25,8 @@ def table2(record):
         clean = fmt(entry["rmse_clean"])
         if seeds > 1:
             clean += f" ± {fmt(entry['rmse_clean_sd'])}"
+        if compact:
+            return clean + ("*" if entry.get("unfinished_seeds") else "")
         return f"{clean} ({fmt(entry['rmse_noisy'])}){unfinished_note(entry)}"
 
     rows = [[model] + [cell(by_n[n]) for n in ns] for model, by_n in res.items()]
@@ -122,10 +126,10 @@ def summary(runs):
         return []
     note = record["results"].get("note")
     return [f"**Table 2, spirals**: extrapolation RMSE against the noise-free test points, "
-            f"mean ± sd over seeds (against the noisy ones in brackets) "
-            f"({record['mode']}: `{record['command']}`)"
-            + (". **Partial run**: some models have not finished training (which, and how far: "
-               "figures/RESULTS.md)" if note else ""), table2(record),
+            f"mean ± sd over seeds ({record['mode']}: `{record['command']}`; the noisy RMSE in "
+            "figures/RESULTS.md)"
+            + (". **Partial run**: * marks a cell with unfinished seeds (which, and how "
+               "far: figures/RESULTS.md)" if note else ""), table2(record, compact=True),
             image(record, "fig9.png", "Figure 9")]
 
 
