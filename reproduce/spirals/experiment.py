@@ -198,6 +198,13 @@ def train_unit(run, cfg, data, solver, model, n, seed):
                  config=config)
 
 
+def _unfinished(result, steps, planned):
+    """What Table 2 keeps of a seed left out of its mean: how far it trained, and its scores."""
+    return {"iterations": steps, "of": planned, "best_step": result["best_step"],
+            "rmse_clean": result["rmse_clean"], "rmse_noisy": result["rmse_noisy"],
+            "last_iterate_rmse_clean": result["last_iterate"]["rmse_clean"]}
+
+
 def _summary(values):
     return float(np.mean(values)), float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
 
@@ -246,12 +253,7 @@ def main(argv=None):
             used = finished or [s for s in model_seeds if steps[s] > 0] or model_seeds
             rows = [per_seed[model, n, s] for s in used]
             entry = {"seeds": used}
-            unfinished = {str(s): {"iterations": steps[s], "of": cfg["iters"][model],
-                                   "best_step": per_seed[model, n, s]["best_step"],
-                                   **{k: per_seed[model, n, s][k]
-                                      for k in ("rmse_clean", "rmse_noisy")},
-                                   "last_iterate_rmse_clean":
-                                       per_seed[model, n, s]["last_iterate"]["rmse_clean"]}
+            unfinished = {str(s): _unfinished(per_seed[model, n, s], steps[s], cfg["iters"][model])
                           for s in model_seeds if s not in finished}
             if unfinished:
                 entry["unfinished_seeds"] = unfinished

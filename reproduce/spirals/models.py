@@ -227,11 +227,6 @@ def predictions(model, params, data, n, rows, solver, step=None):
     raise ValueError(f"unknown model {model!r}")
 
 
-def predict(model, params, data, n, rows, solver, step=None):
-    """predictions' first part: the predictions (B, extrap, 2) at the extrapolation times."""
-    return predictions(model, params, data, n, rows, solver, step)[0]
-
-
 def score_predictions(pred, data, rows):
     """RMSE of predictions (B, extrap, 2) at the extrapolation times of the given spirals against
     their noisy and their noise-free points (root of the mean over series, times and both
@@ -243,7 +238,8 @@ def score_predictions(pred, data, rows):
 
 def score(model, params, data, n, rows, solver, step=None):
     """score_predictions of one model's predictions from n observations."""
-    return score_predictions(predict(model, params, data, n, rows, solver, step), data, rows)
+    return score_predictions(predictions(model, params, data, n, rows, solver, step)[0], data,
+                             rows)
 
 
 HORIZONS = 4  # the extrapolation scored in this many equal stretches of time
