@@ -359,6 +359,27 @@ def test_window_fit_scores_the_fit_at_the_right_points(monkeypatch):
     assert SM.predictions("last_observation", None, data, n, rows, None)[1] is None
 
 
+def test_fit_z0_recovers_a_path_the_model_decoded_and_never_fits_worse_than_its_start():
+    rng = np.random.RandomState(3)
+    params = SM.init_latent_ode(rng)
+    t = np.linspace(0.0, 1.5, 40)
+    z_true = rng.randn(5, SM.LATENT)
+    index = np.stack([np.sort(rng.choice(len(t), 12, replace=False)) for _ in range(5)])
+    target = SM.decode(params, z_true, t, TIGHT)[0][np.arange(5)[:, None], index]
+    start = z_true + 0.1 * rng.randn(*z_true.shape)  # in the basin of z_true
+    solver = dict(method="adams", rtol=1e-8, atol=1e-8)
+
+    def error(z0):
+        return np.sqrt(np.mean((SM.decode(params, z0, t, TIGHT)[0][np.arange(5)[:, None], index]
+                                - target) ** 2))
+
+    fitted = SM.fit_z0(params, start, t, index, target, solver, maxiter=200)
+    assert fitted.shape == z_true.shape
+    assert error(start) > 1e-2 and error(fitted) < 1e-2 * error(start)
+    one_step = SM.fit_z0(params, start, t, index, target, solver, maxiter=1)
+    assert error(one_step) <= error(start)
+
+
 # ---------------------------------------------------------------------------------------------
 # The run
 
@@ -393,6 +414,30 @@ def test_smoke_run_writes_results_and_resume_gives_the_same_numbers(tmp_path):
     assert resumed["results"]["table2_rmse"] == table
     losses = {k: v["final_loss"] for k, v in record["results"]["training"].items()}
     assert {k: v["final_loss"] for k, v in resumed["results"]["training"].items()} == losses
+
+
+@pytest.mark.slow
+def test_inference_gap_fits_z0_per_test_spiral_and_leaves_table2_alone(tmp_path):
+    assert _run(tmp_path, "g", "--inference-gap") == 0
+    table = json.loads((tmp_path / "g" / "results.json").read_text())["results"]["table2_rmse"]
+    record = json.loads((tmp_path / "g" / "inference_gap.json").read_text())
+    assert record["command"].endswith("--inference-gap") and "fits" in record["choices"]
+    gap = record["results"]["inference_gap"]
+    assert set(gap) == {"30", "50", "100"}
+    for n, by_start in gap.items():
+        assert list(by_start) == ["recognition network", "fitted to the noisy observations",
+                                  "fitted to the noise-free window",
+                                  "fitted to the noise-free window and extrapolation"]
+        # the recognition network's z0 is Table 2's latent ODE (seed 0)
+        assert by_start["recognition network"]["rmse_clean"] == pytest.approx(
+            table["Latent ODE"][n]["rmse_clean_seeds"][0], rel=1e-9)
+        # the last fit minimises the error at every point, from the recognition network's z0
+        both = {k: np.hypot(v["rmse_clean"], v["rmse_clean_window"]) for k, v in by_start.items()}
+        assert both["fitted to the noise-free window and extrapolation"] <= (
+            both["recognition network"] * (1 + 1e-6))
+        assert (by_start["fitted to the noise-free window"]["rmse_clean_window"]
+                <= by_start["recognition network"]["rmse_clean_window"] * (1 + 1e-6))
+        assert record["results"]["models"][n]["unit"] == f"latent_ode_n{n}_seed0"
 
 
 @pytest.mark.slow

@@ -26,9 +26,8 @@ from reproduce.latent import (PAPER_TOL, add_solver_args, measure_solvers, solve
 from .data import N_OBS, SPIRAL, make_dataset, observed
 from .figures import figure_9, figure_10, figure_training
 from .models import (HIDDEN_MLP, HIDDEN_RNN, LABELS, LATENT, LATENT_MODELS, MODELS, X_SCALE,
-                     evaluate,
-                     init_latent_ode, init_rnn_baseline, latent_ode_objective, mean_gap,
-                     rnn_objective, score)
+                     decode, evaluate, fit_z0, init_latent_ode, init_rnn_baseline,
+                     latent_ode_objective, mean_gap, posterior, rmse, rnn_objective, score)
 
 
 # What each mode trains. Per model: iterations, Adam's learning rate decaying exponentially to
@@ -148,6 +147,10 @@ def add_args(parser):
                              "the cores; a later --resume run without it then only evaluates")
     parser.add_argument("--train-only", nargs="+", choices=MODELS, default=None,
                         help="train only these models and stop (as --train-only-n)")
+    parser.add_argument("--inference-gap", action="store_true",
+                        help="after Table 2, also write inference_gap.json: the first seed's "
+                             "latent ODE extrapolating from z0 fitted to the test points "
+                             "(minutes per n; see inference_gap)")
 
 
 def _seeds(run):
@@ -198,6 +201,36 @@ def train_unit(run, cfg, data, solver, model, n, seed):
                  config=config)
 
 
+FIT_ITERS = {"smoke": 5, "quick": 100, "full": 300}  # L-BFGS iterations of inference_gap's fits
+
+
+def inference_gap(params, data, n, solver, fit_solver, maxiter):
+    """Where a latent ODE's extrapolation error comes from. Its noise-free test RMSE over the
+    extrapolation and inside the window, from z0 = the recognition network's posterior mean
+    (Table 2's), and from z0 fitted (fit_z0, from that mean) to: the same n noisy observations
+    (the best inference from what the network reads), the window's noise-free points (the best
+    any data in the window allows), all window and extrapolation noise-free points (what the
+    trained dynamics and decoder can represent at all)."""
+    rows, w, t = data["test"], SPIRAL["window"], data["t"]
+    xs, times = observed(data, n, rows)
+    clean = data["clean"][rows]
+    every = np.broadcast_to(np.arange(len(t)), clean.shape[:2])
+    mu = np.asarray(posterior(params, xs, times)[0])
+    targets = {"noisy observations": (data["obs_idx"][n][rows], xs),
+               "noise-free window": (every[:, :w], clean[:, :w]),
+               "noise-free window and extrapolation": (every, clean)}
+    starts = {"recognition network": mu}
+    starts.update({f"fitted to the {name}": fit_z0(params, mu, t, index, target, fit_solver,
+                                                    maxiter)
+                   for name, (index, target) in targets.items()})
+    out = {}
+    for name, z0 in starts.items():
+        path = decode(params, z0, t, solver)[0]
+        out[name] = {"rmse_clean": rmse(path[:, w:], clean[:, w:]),
+                     "rmse_clean_window": rmse(path[:, :w], clean[:, :w])}
+    return out
+
+
 def _unfinished(result, steps, planned):
     """What Table 2 keeps of a seed left out of its mean: how far it trained, and its scores."""
     return {"iterations": steps, "of": planned, "best_step": result["best_step"],
@@ -211,7 +244,7 @@ def _summary(values):
 
 def make_run(argv=None):
     return Run("spirals", argv, description=__doc__.split("\n\n")[0], extra_args=add_args,
-               bookkeeping={"seeds", "train_only"})
+               bookkeeping={"seeds", "train_only", "inference_gap"})
 
 
 def main(argv=None):
@@ -331,5 +364,22 @@ def main(argv=None):
         "tolerance_effect_latent_ode_n30": tolerance_effect,
     }, choices=choices)
     print(f"spirals: wrote {run.out_dir}", flush=True)
+    if run.args.inference_gap:
+        maxiter, ode = FIT_ITERS[run.mode], {n: states["latent_ode", n, s0] for n in N_OBS}
+        run.save_results({
+            "inference_gap": {str(n): inference_gap((st["best"] or st)["params"], data, n,
+                                                    eval_solver, solver, maxiter)
+                              for n, st in ode.items()},
+            "models": {str(n): {"unit": f"latent_ode_n{n}_seed{s0}", "iterations": st["step"],
+                                "best_step": (st["best"] or {}).get("step")}
+                       for n, st in ode.items()},
+        }, choices={"fits": f"z0 of each test spiral fitted by L-BFGS (at most {maxiter} "
+                            f"iterations, squared error, gradients by the adjoint at the "
+                            f"training tolerance {solver['rtol']:g}) from the recognition "
+                            "network's posterior mean; every path then solved at the paper's "
+                            f"{PAPER_TOL:g}; the first seed's model ({LABELS['latent_ode']}, its "
+                            "validated best parameters) at each n"},
+            filename="inference_gap.json")
+        print(f"spirals: wrote {run.path('inference_gap.json')}", flush=True)
     return 0
 

@@ -1,12 +1,10 @@
 """Figures 9 and 10 and the training curves of the Table 2 models."""
 import numpy as np
 
-from odeint_autograd import odeint
 from reproduce.common import pyplot, save_figure
-from reproduce.latent import mlp
 
 from .data import N_OBS, SPIRAL, observed
-from .models import (DYNAMICS, LABELS, LATENT, LATENT_MODELS, MODELS, decoded_direction,
+from .models import (LABELS, LATENT, LATENT_MODELS, MODELS, decode, decoded_direction,
                      latent_ode_predict, posterior, rnn_predict)
 
 
@@ -65,8 +63,7 @@ def figure_10(path, data, params, solver, n=30, n_panels=6):
     values = np.linspace(mu[:, dim].min(), mu[:, dim].max(), n_panels)
     z0 = np.repeat(mu.mean(0, keepdims=True), n_panels, axis=0)
     z0[:, dim] = values
-    zs = np.swapaxes(odeint(DYNAMICS, z0, data["t"], args=(params["dyn"],), **solver), 0, 1)
-    paths = mlp(params["dec"], zs, "relu")
+    paths = decode(params, z0, data["t"], solver)[0]
     turns = [decoded_direction(p) for p in paths]
     fig, axes = plt.subplots(1, n_panels, figsize=(2.6 * n_panels, 3.3), layout="constrained")
     for ax, p, v, turn in zip(axes, paths, values, turns):

@@ -4,6 +4,7 @@ observation, two trivial baselines, their training objectives, and their scores.
 import autograd.numpy as anp
 import numpy as np
 from autograd import value_and_grad
+from scipy.optimize import minimize
 
 from odeint_autograd import odeint
 from reproduce.latent import (MLPDynamics, encode, gaussian_log_density, init_mlp, init_rnn,
@@ -53,13 +54,40 @@ def elbo_terms(params, xs, times, eps, solver, noise_std=SPIRAL["noise_std"], st
     return log_px, kl_to_standard_normal(mu, logvar)
 
 
-def latent_ode_predict(params, xs, times, t_grid, solver, eps=None):
-    """Decoded means (B, len(t_grid), 2) and latent paths (B, len(t_grid), LATENT) from z0 =
-    the posterior mean (or the posterior sample mu + sigma eps)."""
-    mu, logvar = posterior(params, xs, times)
-    z0 = mu if eps is None else sample_z0(mu, logvar, eps)
-    zs = np.swapaxes(odeint(DYNAMICS, z0, t_grid, args=(params["dyn"],), **solver), 0, 1)
+def decode(params, z0, t_grid, solver):
+    """Decoded means (B, len(t_grid), 2) and latent paths (B, len(t_grid), LATENT) from z0 (B,
+    LATENT) at t_grid[0]."""
+    zs = anp.swapaxes(odeint(DYNAMICS, z0, t_grid, args=(params["dyn"],), **solver), 0, 1)
     return mlp(params["dec"], zs, "relu"), zs
+
+
+def latent_ode_predict(params, xs, times, t_grid, solver, eps=None):
+    """decode from z0 = the posterior mean (or the posterior sample mu + sigma eps)."""
+    mu, logvar = posterior(params, xs, times)
+    return decode(params, mu if eps is None else sample_z0(mu, logvar, eps), t_grid, solver)
+
+
+def fit_z0(params, z_init, t_grid, index, target, solver, maxiter):
+    """The z0 (B, LATENT) whose decoded path at the times t_grid[index] (index (B, k)) fits
+    target (B, k, 2) best in least squares: L-BFGS from z_init for at most maxiter iterations,
+    gradients by the adjoint. It tells what the trained dynamics and decoder can do when z0 is
+    inferred as well as these points allow, whatever the recognition network does."""
+    index = np.asarray(index)
+    grid, rows = t_grid[:index.max() + 1], np.arange(len(index))[:, None]
+
+    def squared_error(flat):
+        path = decode(params, anp.reshape(flat, z_init.shape), grid, solver)[0]
+        return anp.sum((path[rows, index] - target) ** 2)
+
+    loss_and_grad = value_and_grad(squared_error)
+
+    def fun(flat):
+        value, g = loss_and_grad(flat)
+        return float(value), np.asarray(g, dtype=float)
+
+    fit = minimize(fun, np.ravel(z_init).astype(float), jac=True, method="L-BFGS-B",
+                   options={"maxiter": maxiter})
+    return fit.x.reshape(np.shape(z_init))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,10 +1,13 @@
 """The spirals section of the report: Table 2 beside the published numbers, Figures 9 and 10,
 the solver measurements and the reproduction choices."""
+import json
+import os
+
 from reproduce import published
 from reproduce.latent import solver_speed_block
 from .data import SPIRAL
-from reproduce.markdown import (best, choices_block, duration_row, figure_links, fmt, image,
-                                not_run, run_line, table)
+from reproduce.markdown import (FIGURES, best, choices_block, duration_row, figure_links, fmt,
+                                image, not_run, run_line, table)
 
 TITLE = "Table 2, Figures 9 and 10: latent ODE on irregularly sampled spirals (Section 5)"
 
@@ -96,6 +99,32 @@ def by_horizon(record):
                                                 for k in range(len(rows[0]) - 3)], rows))
 
 
+def inference_gap(record):
+    """The latent ODE extrapolating from fitted z0 (inference_gap.json beside the record, written
+    by --inference-gap), if there is one."""
+    path = os.path.join(FIGURES, record.get("folder", ""), "inference_gap.json")
+    if not os.path.exists(path):
+        return ""
+    with open(path) as f:
+        gap = json.load(f)
+    by_n = gap["results"]["inference_gap"]
+    ns = sorted(by_n, key=int)
+    rows = [[start] + [f"{fmt(by_n[n][start]['rmse_clean'])} "
+                       f"({fmt(by_n[n][start]['rmse_clean_window'])})" for n in ns]
+            for start in by_n[ns[0]]]
+    models = ", ".join(f"{m['unit']} (best step {m['best_step']} of {m['iterations']})"
+                       for m in gap["results"]["models"].values())
+    return (f"Where the latent ODE's extrapolation error comes from (`{gap['command']}`, "
+            f"{gap.get('date', '?')}; {models}): its noise-free test RMSE over the extrapolation "
+            "(inside the window in brackets) with z0 from the recognition network (Table 2's), "
+            "and with z0 fitted to each test spiral's points under the trained dynamics and "
+            "decoder: its own noisy observations (the best inference from what the network "
+            "reads), the window's noise-free points (the best any data in the window allows), "
+            "and every noise-free point, window and extrapolation (what the trained flow can "
+            f"represent at all). {gap['choices']['fits']}.\n\n"
+            + table(["z0"] + [f"n = {n}" for n in ns], rows))
+
+
 def section(runs):
     record = best(runs)
     if record is None:
@@ -114,6 +143,7 @@ def section(runs):
         table2(record),
         by_direction(record),
         by_horizon(record),
+        inference_gap(record),
         figure_links(record, ["fig9.png", "fig10.png", "training.png"]),
         solver_speed_block(record["results"].get("solver_speed_latent_ode_n30"),
                            "the trained n = 30 latent ODE"),
