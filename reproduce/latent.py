@@ -55,24 +55,38 @@ def linear_init(rng, n_in, n_out):
 
 
 def init_mlp(rng, n_in, n_hidden, n_out):
-    """A one-hidden-layer MLP n_in -> n_hidden -> n_out."""
-    W1, b1 = linear_init(rng, n_in, n_hidden)
-    W2, b2 = linear_init(rng, n_hidden, n_out)
-    return {"W1": W1, "b1": b1, "W2": W2, "b2": b2}
+    """An MLP n_in -> n_hidden -> n_out; n_hidden an int (one hidden layer) or a tuple of
+    widths. Parameters W1, b1, ..., WL, bL in layer order."""
+    sizes = [n_in, *np.atleast_1d(n_hidden).tolist(), n_out]
+    params = {}
+    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:]), 1):
+        params[f"W{i}"], params[f"b{i}"] = linear_init(rng, a, b)
+    return params
 
 
 def mlp(p, x, act="elu"):
-    """act(x W1 + b1) W2 + b2 over the last axis of x (any leading shape)."""
-    return ACTIVATIONS[act][0](anp.dot(x, p["W1"]) + p["b1"]) @ p["W2"] + p["b2"]
+    """act(... act(x W1 + b1) ...) WL + bL over the last axis of x (any leading shape)."""
+    depth = len(p) // 2
+    for i in range(1, depth):
+        x = ACTIVATIONS[act][0](anp.dot(x, p[f"W{i}"]) + p[f"b{i}"])
+    return x @ p[f"W{depth}"] + p[f"b{depth}"]
 
 
 def mlp_vjp(p, x, g, act="elu"):
     """(mlp(p, x), g^T d mlp/dx, g^T d mlp/dp) in plain numpy, for x of shape (B, n_in)."""
-    h, dh = ACTIVATIONS[act][1](x @ p["W1"] + p["b1"])
-    out = h @ p["W2"] + p["b2"]
-    g_pre = (g @ p["W2"].T) * dh
-    grads = {"W1": x.T @ g_pre, "b1": g_pre.sum(0), "W2": h.T @ g, "b2": g.sum(0)}
-    return out, g_pre @ p["W1"].T, {k: grads[k] for k in p}  # p's key order: odeint's leaves
+    depth = len(p) // 2
+    inputs, slopes = [x], []
+    for i in range(1, depth):
+        h, dh = ACTIVATIONS[act][1](inputs[-1] @ p[f"W{i}"] + p[f"b{i}"])
+        inputs.append(h)
+        slopes.append(dh)
+    out = inputs[-1] @ p[f"W{depth}"] + p[f"b{depth}"]
+    grads = {}
+    for i in range(depth, 0, -1):  # g: the cotangent of layer i's output
+        grads[f"W{i}"], grads[f"b{i}"] = inputs[i - 1].T @ g, g.sum(0)
+        if i > 1:
+            g = (g @ p[f"W{i}"].T) * slopes[i - 2]
+    return out, g @ p["W1"].T, {k: grads[k] for k in p}  # p's key order: odeint's leaves
 
 
 class MLPDynamics:
@@ -181,14 +195,14 @@ def solve_union(func, z0, t0, times, args=(), **solver):
 
 
 def train(run, key, init, loss_and_grad, n_iters, lr, ckpt_every, seed=None, lr_final=None,
-          clip=None, validate=None, validate_every=None, config=None):
+          clip=None, validate=None, validate_every=None, config=None, rng_key=None):
     """Adam on loss_and_grad(params, rng, stats) -> (loss, grads) through common.fit (resumable
     to the same numbers); init(rng) draws the parameters from the model's own generator, seeded
-    by (seed, key) (seed: the run's --seed unless given). The learning rate decays exponentially
+    by (seed, rng_key or key) (seed: the run's --seed unless given). The learning rate decays exponentially
     from lr to lr_final over the n_iters steps (constant if lr_final is None); clip caps the
     gradient's global norm; validate(params) -> score picks the best parameters (state["best"])."""
     seed = run.seed if seed is None else seed
-    rng = model_rng(seed, key)
+    rng = model_rng(seed, rng_key or key)
     params = init(rng)
     decay = None if lr_final is None else (lambda step: (lr_final / lr) ** (step / n_iters))
     return fit(run, key, params,

@@ -118,15 +118,27 @@ def test_split_is_fixed_and_stratified():
 
 def test_mlp_vjp_and_dynamics_vjp_match_autograd():
     rng = np.random.RandomState(4)
-    p, x, g = init_mlp(rng, 4, 20, 3), rng.randn(6, 4), rng.randn(6, 3)
-    for act in ("elu", "relu", "tanh"):
-        out, g_x, g_p = mlp_vjp(p, x, g, act)
-        np.testing.assert_allclose(out, mlp(p, x, act))
-        np.testing.assert_allclose(g_x, grad(lambda xx: anp.sum(mlp(p, xx, act) * g))(x))
-        ref = grad(lambda pp: anp.sum(mlp(pp, x, act) * g))(p)
-        assert list(g_p) == list(p)  # the key order odeint flattens by
-        for k in p:
-            np.testing.assert_allclose(g_p[k], ref[k], atol=1e-12)
+    x, g = rng.randn(6, 4), rng.randn(6, 3)
+    for hidden in (20, (20, 20), (7, 5, 9)):
+        p = init_mlp(rng, 4, hidden, 3)
+        widths = [4, *np.atleast_1d(hidden), 3]
+        assert [p[f"W{i + 1}"].shape for i in range(len(widths) - 1)] == list(
+            zip(widths[:-1], widths[1:]))
+        for act in ("elu", "relu", "tanh"):
+            h = x  # the forward pass written out layer by layer
+            for i in range(1, len(widths) - 1):
+                h = {"elu": lambda a: np.where(a > 0, a, np.expm1(np.minimum(a, 0))),
+                     "relu": lambda a: np.maximum(a, 0), "tanh": np.tanh}[act](
+                    h @ p[f"W{i}"] + p[f"b{i}"])
+            depth = len(widths) - 1
+            np.testing.assert_allclose(mlp(p, x, act), h @ p[f"W{depth}"] + p[f"b{depth}"])
+            out, g_x, g_p = mlp_vjp(p, x, g, act)
+            np.testing.assert_allclose(out, mlp(p, x, act))
+            np.testing.assert_allclose(g_x, grad(lambda xx: anp.sum(mlp(p, xx, act) * g))(x))
+            ref = grad(lambda pp: anp.sum(mlp(pp, x, act) * g))(p)
+            assert list(g_p) == list(p)  # the key order odeint flattens by
+            for k in p:
+                np.testing.assert_allclose(g_p[k], ref[k], atol=1e-12)
     f = MLPDynamics("elu")
     theta, z, a = init_mlp(rng, 4, 20, 4), rng.randn(5, 4), rng.randn(5, 4)
     value, g_z, _, (g_theta,) = f.value_and_vjp(a, z, 0.0, theta)
@@ -507,3 +519,45 @@ def test_table2_means_only_the_finished_seeds_and_lists_the_others(tmp_path):
     dt1 = table["RNN + dt"]["30"]
     assert dt1["seeds"] == [1] and dt1["rmse_clean"] == dt["unfinished_seeds"]["1"]["rmse_clean"]
     assert unfinished_note(dt1) == "; no seed finished: 2 of 5 iterations"
+
+
+@pytest.mark.slow
+def test_a_pilot_trains_its_own_unit_from_table2s_draws_and_leaves_table2_alone(
+        tmp_path, monkeypatch):
+    from reproduce.common import CheckpointError
+    from reproduce.spirals import experiment as SE
+    from reproduce.spirals.report import pilots
+    # a "pilot" that changes nothing must retrace Table 2's unit of its seed and n exactly
+    monkeypatch.setitem(SE.PILOTS, "unchanged", {"overrides": {"encode_cut": 0.5},
+                                                 "about": "Table 2's settings"})
+    assert _run(tmp_path, "g") == 0
+    before = (tmp_path / "g" / "results.json").read_text()
+    table = json.loads(before)["results"]["table2_rmse"]
+    assert _run(tmp_path, "g", "--resume", "--pilot", "unchanged", "two_layer_dynamics") == 0
+    assert (tmp_path / "g" / "results.json").read_text() == before
+    same = json.loads((tmp_path / "g" / "pilot_unchanged.json").read_text())["results"]
+    assert list(same["by_n"]) == ["30"]
+    r = same["by_n"]["30"]
+    assert r["unit"] == "pilot_unchanged_n30_seed0" and r["iterations"] == r["of"] == 5
+    assert r["rmse_clean"] == table["Latent ODE"]["30"]["rmse_clean_seeds"][0]
+    assert r["inference_gap"]["recognition network"]["rmse_clean"] == pytest.approx(
+        r["rmse_clean"], rel=1e-9)
+    deep = json.loads((tmp_path / "g" / "pilot_two_layer_dynamics.json").read_text())
+    assert deep["results"]["overrides"] == {"dyn_hidden": [20, 20]}
+    assert deep["results"]["by_n"]["30"]["rmse_clean"] != r["rmse_clean"]
+    ckpt = tmp_path / "g_ckpt"
+    assert (ckpt / "pilot_two_layer_dynamics_n30_seed0.ckpt").exists()
+    # the report shows each pilot beside Table 2's unit of the same seed
+    record = dict(json.loads(before), folder=str(tmp_path / "g"))
+    text = pilots(record)
+    assert "two_layer_dynamics" in text and "unchanged" in text
+    x, noisy = r["rmse_clean"], r["rmse_noisy"]
+    assert f"| unchanged | 30 | 5 of 5 | {x:.3f} ({noisy:.3f}) | {x:.3f} |" in text
+    # the pilot's checkpoint refuses other settings; --pilot takes no --only
+    monkeypatch.setitem(SE.PILOTS, "unchanged", {"overrides": {"encode_cut": 0.3},
+                                                 "about": "changed"})
+    with pytest.raises((CheckpointError, SystemExit)):
+        _run(tmp_path, "g", "--resume", "--pilot", "unchanged")
+    with pytest.raises(SystemExit) as err:
+        _run(tmp_path, "g", "--pilot", "unchanged", "--only", "latent_ode_n30_seed0")
+    assert err.value.code == 2

@@ -4,6 +4,7 @@ irregularly sampled bi-directional spirals.
     python -m reproduce spirals --quick     # all of Table 2 at reduced data and iterations
     python -m reproduce spirals --full      # 1000 spirals, the full number of iterations
     python -m reproduce spirals --full --only latent_ode_n30_seed0 --resume   # one unit
+    python -m reproduce spirals --full --resume --pilot two_layer_dynamics   # a candidate change
 
 Data (the paper gives only "1000 2-D spirals, each starting at a different point, 100 equally
 spaced steps, half clockwise and half counter-clockwise, Gaussian noise"; the rest follows the
@@ -36,11 +37,11 @@ from .models import (HIDDEN_MLP, HIDDEN_RNN, LABELS, LATENT, LATENT_MODELS, MODE
 # reads in training (models.latent_ode_objective's encode_cut). The caps sit above the gradient
 # norms of steady training (measured: RNNs 25-400 per series, the latent ODE 300-900), so that
 # they cut only the spikes.
-_LATENT = dict(lr=1e-2, lr_final=1e-4, clip=1000.0, batch_size=100)
+_LATENT, _LATENT_CUT = dict(lr=1e-2, lr_final=1e-4, clip=1000.0, batch_size=100), 0.5
 TRAINING = {
     "rnn": dict(lr=1e-2, lr_final=1e-4, clip=100.0, batch_size=None, seeds=None),
     "rnn_dt": dict(lr=1e-2, lr_final=1e-4, clip=100.0, batch_size=None, seeds=None),
-    "latent_ode": dict(_LATENT, encode_cut=0.5, seeds=None),
+    "latent_ode": dict(_LATENT, encode_cut=_LATENT_CUT, seeds=None),
     "latent_ode_elbo": dict(_LATENT, encode_cut=None, seeds=1),
 }
 SETTINGS = {
@@ -52,6 +53,21 @@ SETTINGS = {
     "full": dict(n_spirals=1000,
                  iters=dict(rnn=3000, rnn_dt=3000, latent_ode=20000, latent_ode_elbo=20000),
                  tol=1e-5, ckpt_every=250, validate_every=250),
+}
+# Candidate changes to Table 2's latent ODE, each trained by --pilot as one extra unit (the first
+# seed, n = 30 unless --train-only-n says otherwise) beside Table 2, which they leave alone.
+# Everything else is the latent ODE's training, and its parameters are drawn by the same
+# generator as Table 2's unit of that seed and n (the same draws where the shapes agree).
+PILOTS = {
+    "two_layer_dynamics": {
+        "overrides": {"dyn_hidden": [HIDDEN_MLP, HIDDEN_MLP]},
+        "about": f"dynamics {LATENT}-{HIDDEN_MLP}-{HIDDEN_MLP}-{LATENT} ELU, the authors' public "
+                 "example's (the paper: one hidden layer)"},
+    "encode_cut_0.2": {
+        "overrides": {"encode_cut": 0.2},
+        "about": "the recognition network reads up to a time drawn from the last 80% of the "
+                 f"window (Table 2's: the last {1 - _LATENT_CUT:.0%}), so that training asks "
+                 "z0 to carry a series up to 80 points past what was read"},
 }
 ADJOINT_METHOD = "dopri5"  # the backward solve: its step size carries across output times
 
@@ -151,6 +167,11 @@ def add_args(parser):
                         help="after Table 2, also write inference_gap.json: the first seed's "
                              "latent ODE extrapolating from z0 fitted to the test points "
                              "(minutes per n; see inference_gap)")
+    parser.add_argument("--pilot", nargs="+", choices=list(PILOTS), default=None,
+                        help="instead of Table 2, train (or, with --resume, continue) the latent "
+                             "ODE with these candidate changes at n = 30 (or --train-only-n), "
+                             "the first seed, and write pilot_NAME.json: its scores and "
+                             "inference gap (see PILOTS)")
 
 
 def _seeds(run):
@@ -176,15 +197,21 @@ def units(run):
     return list(_grid(run))
 
 
-def train_unit(run, cfg, data, solver, model, n, seed):
+def pilot_unit(pilot, n, seed):
+    return f"pilot_{pilot}_n{n}_seed{seed}"
+
+
+def train_unit(run, cfg, data, solver, model, n, seed, pilot=None):
     """Train one model for one n and one seed (resumable); returns its state, state["best"]
-    holding the parameters with the lowest validation RMSE (against the noisy points)."""
+    holding the parameters with the lowest validation RMSE (against the noisy points). pilot:
+    a PILOTS key, the latent ODE with that change (its own unit)."""
     xs, times = observed(data, n, data["train"])
-    hyper = TRAINING[model]
+    overrides = PILOTS[pilot]["overrides"] if pilot else {}
+    hyper = dict(TRAINING[model], **overrides)
     step = mean_gap(times)
-    config = {"batch_size": hyper["batch_size"], "n_spirals": cfg["n_spirals"]}
+    config = {"batch_size": hyper["batch_size"], "n_spirals": cfg["n_spirals"], **overrides}
     if model in LATENT_MODELS:
-        init = init_latent_ode
+        init = lambda rng: init_latent_ode(rng, hyper.get("dyn_hidden", HIDDEN_MLP))  # noqa: E731
         objective = latent_ode_objective(xs, times, solver, hyper["batch_size"],
                                          hyper["encode_cut"])
         config["encode_cut"] = hyper["encode_cut"]
@@ -195,10 +222,11 @@ def train_unit(run, cfg, data, solver, model, n, seed):
     def validate(params):
         return score(model, params, data, n, data["val"], solver, step)["rmse_noisy"]
 
-    return train(run, f"{model}_n{n}_seed{seed}", init, objective, cfg["iters"][model],
-                 hyper["lr"], cfg["ckpt_every"], seed=seed, lr_final=hyper["lr_final"],
-                 clip=hyper["clip"], validate=validate, validate_every=cfg["validate_every"],
-                 config=config)
+    unit = f"{model}_n{n}_seed{seed}"
+    return train(run, pilot_unit(pilot, n, seed) if pilot else unit, init, objective,
+                 cfg["iters"][model], hyper["lr"], cfg["ckpt_every"], seed=seed,
+                 lr_final=hyper["lr_final"], clip=hyper["clip"], validate=validate,
+                 validate_every=cfg["validate_every"], config=config, rng_key=unit)
 
 
 FIT_ITERS = {"smoke": 5, "quick": 100, "full": 300}  # L-BFGS iterations of inference_gap's fits
@@ -231,6 +259,40 @@ def inference_gap(params, data, n, solver, fit_solver, maxiter):
     return out
 
 
+def pilots(run, cfg, data, solver, eval_solver):
+    """Train and score each --pilot: the latent ODE with one candidate change, the first seed,
+    at each n of --train-only-n (30 if not given); one pilot_NAME.json per pilot."""
+    seed, maxiter, planned = _seeds(run)[0], FIT_ITERS[run.mode], cfg["iters"]["latent_ode"]
+    for name in run.args.pilot:
+        by_n = {}
+        for n in run.args.train_only_n or [30]:
+            state = train_unit(run, cfg, data, solver, "latent_ode", n, seed, pilot=name)
+            params = (state["best"] or state)["params"]
+            result = evaluate("latent_ode", params, data, n, eval_solver, seed + 1)
+            by_n[str(n)] = {
+                "unit": pilot_unit(name, n, seed), "table2_unit": f"latent_ode_n{n}_seed{seed}",
+                "iterations": state["step"], "of": planned,
+                "best_step": state["best"]["step"] if state["best"] else None, **result,
+                "last_iterate_rmse_clean": score("latent_ode", state["params"], data, n,
+                                                 data["test"], eval_solver)["rmse_clean"],
+                "training": training_summary(state),
+                "inference_gap": inference_gap(params, data, n, eval_solver, solver, maxiter)}
+            print(f"spirals: pilot {name} n = {n} seed {seed}: noise-free RMSE "
+                  f"{result['rmse_clean']:.4f} ({state['step']} of {planned} iterations)",
+                  flush=True)
+        run.save_results({"pilot": name, "overrides": PILOTS[name]["overrides"], "by_n": by_n},
+                         choices={"pilot": PILOTS[name]["about"],
+                                  "training": "Table 2's latent ODE otherwise: "
+                                              f"{dict(TRAINING['latent_ode'], iterations=planned)}"
+                                              "; parameters and training noise drawn by the "
+                                              "generator of Table 2's unit of the same n and seed",
+                                  "fits": f"inference_gap: as inference_gap.json, L-BFGS at most "
+                                          f"{maxiter} iterations"},
+                         filename=f"pilot_{name}.json")
+        print(f"spirals: wrote {run.path(f'pilot_{name}.json')}", flush=True)
+    return 0
+
+
 def _unfinished(result, steps, planned):
     """What Table 2 keeps of a seed left out of its mean: how far it trained, and its scores."""
     return {"iterations": steps, "of": planned, "best_step": result["best_step"],
@@ -244,13 +306,16 @@ def _summary(values):
 
 def make_run(argv=None):
     return Run("spirals", argv, description=__doc__.split("\n\n")[0], extra_args=add_args,
-               bookkeeping={"seeds", "train_only", "inference_gap"})
+               bookkeeping={"seeds", "train_only", "inference_gap", "pilot"})
 
 
 def main(argv=None):
     run = make_run(argv)
     cfg, seeds, grid = SETTINGS[run.mode], _seeds(run), _grid(run)
     chosen = None
+    if run.args.pilot and (run.args.only or run.args.train_only):
+        run.usage_error("--pilot trains its own units: it takes --train-only-n, not --only or "
+                        "--train-only")
     if run.args.train_only or run.args.train_only_n:
         chosen = [k for k, (m, n, _) in grid.items() if m in (run.args.train_only or MODELS)
                   and n in (run.args.train_only_n or N_OBS)]
@@ -259,6 +324,8 @@ def main(argv=None):
     solver["adjoint_method"] = ADJOINT_METHOD
     eval_solver = dict(solver, rtol=PAPER_TOL, atol=PAPER_TOL)
     data = make_dataset(cfg["n_spirals"])
+    if run.args.pilot:
+        return pilots(run, cfg, data, solver, eval_solver)
     states, per_seed = {}, {}
     for key in todo:
         model, n, seed = grid[key]

@@ -26,9 +26,10 @@ X_SCALE, T_UNIT = 5.0, SPIRAL["stop"] / (SPIRAL["n_dense"] - 1)
 # Latent ODE
 
 
-def init_latent_ode(rng):
+def init_latent_ode(rng, dyn_hidden=HIDDEN_MLP):
+    """dyn_hidden: the dynamics' hidden width (the paper's one layer) or widths."""
     return {"rec": init_rnn(rng, 3, HIDDEN_RNN, 2 * LATENT),
-            "dyn": init_mlp(rng, LATENT, HIDDEN_MLP, LATENT),
+            "dyn": init_mlp(rng, LATENT, dyn_hidden, LATENT),
             "dec": init_mlp(rng, LATENT, HIDDEN_MLP, 2)}
 
 
