@@ -117,6 +117,14 @@ def test_split_is_fixed_and_stratified():
 
 
 def test_mlp_vjp_and_dynamics_vjp_match_autograd():
+    # one hidden layer: the draws of W1, b1, W2, b2 in that order (as every committed model's)
+    a, b = init_mlp(np.random.RandomState(3), 4, 20, 3), np.random.RandomState(3)
+    bound1, bound2 = 1 / np.sqrt(4), 1 / np.sqrt(20)
+    expected = {"W1": b.uniform(-bound1, bound1, (4, 20)), "b1": b.uniform(-bound1, bound1, 20),
+                "W2": b.uniform(-bound2, bound2, (20, 3)), "b2": b.uniform(-bound2, bound2, 3)}
+    assert list(a) == list(expected)
+    for k in a:
+        np.testing.assert_array_equal(a[k], expected[k])
     rng = np.random.RandomState(4)
     x, g = rng.randn(6, 4), rng.randn(6, 3)
     for hidden in (20, (20, 20), (7, 5, 9)):
@@ -524,7 +532,7 @@ def test_table2_means_only_the_finished_seeds_and_lists_the_others(tmp_path):
 @pytest.mark.slow
 def test_a_pilot_trains_its_own_unit_from_table2s_draws_and_leaves_table2_alone(
         tmp_path, monkeypatch):
-    from reproduce.common import CheckpointError
+    from reproduce.common import Checkpoint, CheckpointError
     from reproduce.spirals import experiment as SE
     from reproduce.spirals.report import pilots
     # a "pilot" that changes nothing must retrace Table 2's unit of its seed and n exactly
@@ -544,20 +552,28 @@ def test_a_pilot_trains_its_own_unit_from_table2s_draws_and_leaves_table2_alone(
         r["rmse_clean"], rel=1e-9)
     deep = json.loads((tmp_path / "g" / "pilot_two_layer_dynamics.json").read_text())
     assert deep["results"]["overrides"] == {"dyn_hidden": [20, 20]}
-    assert deep["results"]["by_n"]["30"]["rmse_clean"] != r["rmse_clean"]
-    ckpt = tmp_path / "g_ckpt"
-    assert (ckpt / "pilot_two_layer_dynamics_n30_seed0.ckpt").exists()
+    final = Checkpoint(str(tmp_path / "g_ckpt" / "final" / "pilot_two_layer_dynamics_n30_seed0"
+                           ".ckpt")).load()
+    assert final["step"] == 5 and final["config"]["dyn_hidden"] == [20, 20]
+    dyn = final["params"]["dyn"]
+    assert [dyn[k].shape for k in ("W1", "W2", "W3")] == [(4, 20), (20, 20), (20, 4)]
     # the report shows each pilot beside Table 2's unit of the same seed
     record = dict(json.loads(before), folder=str(tmp_path / "g"))
     text = pilots(record)
     assert "two_layer_dynamics" in text and "unchanged" in text
     x, noisy = r["rmse_clean"], r["rmse_noisy"]
     assert f"| unchanged | 30 | 5 of 5 | {x:.3f} ({noisy:.3f}) | {x:.3f} |" in text
-    # the pilot's checkpoint refuses other settings; --pilot takes no --only
-    monkeypatch.setitem(SE.PILOTS, "unchanged", {"overrides": {"encode_cut": 0.3},
-                                                 "about": "changed"})
-    with pytest.raises((CheckpointError, SystemExit)):
-        _run(tmp_path, "g", "--resume", "--pilot", "unchanged")
+    # a pilot's checkpoint refuses other settings, its architecture included
+    monkeypatch.setitem(SE.PILOTS, "two_layer_dynamics", {"overrides": {"dyn_hidden": [20, 9]},
+                                                          "about": "changed"})
+    with pytest.raises(CheckpointError, match="dyn_hidden"):
+        _run(tmp_path, "g", "--resume", "--pilot", "two_layer_dynamics")
+    # a pilot with nothing trained is refused, not scored untrained; --pilot takes no --only
+    fresh = ["--smoke", "--out", str(tmp_path / "fresh"), "--checkpoint-dir",
+             str(tmp_path / "fresh_ckpt"), "--evaluate-only", "--pilot", "encode_cut_0.2"]
+    with pytest.raises(SystemExit) as err:
+        S.main(fresh)
+    assert err.value.code == 2 and not (tmp_path / "fresh" / "pilot_encode_cut_0.2.json").exists()
     with pytest.raises(SystemExit) as err:
         _run(tmp_path, "g", "--pilot", "unchanged", "--only", "latent_ode_n30_seed0")
     assert err.value.code == 2

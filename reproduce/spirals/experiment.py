@@ -56,8 +56,8 @@ SETTINGS = {
 }
 # Candidate changes to Table 2's latent ODE, each trained by --pilot as one extra unit (the first
 # seed, n = 30 unless --train-only-n says otherwise) beside Table 2, which they leave alone.
-# Everything else is the latent ODE's training, and its parameters are drawn by the same
-# generator as Table 2's unit of that seed and n (the same draws where the shapes agree).
+# Everything else is the latent ODE's training, from the generator of Table 2's unit of that seed
+# and n (PILOT_DRAWS: what the two then share).
 PILOTS = {
     "two_layer_dynamics": {
         "overrides": {"dyn_hidden": [HIDDEN_MLP, HIDDEN_MLP]},
@@ -69,6 +69,12 @@ PILOTS = {
                  f"window (Table 2's: the last {1 - _LATENT_CUT:.0%}), so that training asks "
                  "z0 to carry a series up to 80 points past what was read"},
 }
+PILOT_DRAWS = ("a pilot's parameters and training noise (minibatches, posterior samples, "
+               "encoder cuts) come from the generator of Table 2's unit of the same n and seed: "
+               "a pilot that draws the same shapes in the same order (encode_cut_0.2) starts "
+               "from Table 2's parameters and sees its training noise; one with a changed "
+               "architecture (two_layer_dynamics) shares only the draws before its first changed "
+               "layer (the recognition network, the dynamics' first layer)")
 ADJOINT_METHOD = "dopri5"  # the backward solve: its step size carries across output times
 
 CHOICES = {
@@ -267,6 +273,10 @@ def pilots(run, cfg, data, solver, eval_solver):
         by_n = {}
         for n in run.args.train_only_n or [30]:
             state = train_unit(run, cfg, data, solver, "latent_ode", n, seed, pilot=name)
+            if state["step"] == 0:
+                run.usage_error(f"--pilot {name}: {pilot_unit(name, n, seed)} has no checkpoint "
+                                f"(with --resume) or final weights in {run.weights_dir} to "
+                                "evaluate")
             params = (state["best"] or state)["params"]
             result = evaluate("latent_ode", params, data, n, eval_solver, seed + 1)
             by_n[str(n)] = {
@@ -283,9 +293,8 @@ def pilots(run, cfg, data, solver, eval_solver):
         run.save_results({"pilot": name, "overrides": PILOTS[name]["overrides"], "by_n": by_n},
                          choices={"pilot": PILOTS[name]["about"],
                                   "training": "Table 2's latent ODE otherwise: "
-                                              f"{dict(TRAINING['latent_ode'], iterations=planned)}"
-                                              "; parameters and training noise drawn by the "
-                                              "generator of Table 2's unit of the same n and seed",
+                                              f"{dict(TRAINING['latent_ode'], iterations=planned)}",
+                                  "draws": PILOT_DRAWS,
                                   "fits": f"inference_gap: as inference_gap.json, L-BFGS at most "
                                           f"{maxiter} iterations"},
                          filename=f"pilot_{name}.json")

@@ -152,8 +152,8 @@ def pilots(record):
                          fmt(gap["fitted to the noise-free window and extrapolation"]
                              ["rmse_clean"])])
     return ("Candidate changes to the latent ODE, each trained as one pilot beside Table 2 "
-            "(which they leave alone) with the same parameter draws and training noise as "
-            "Table 2's unit of that seed and n, and scored as Table 2 is; the last two columns "
+            "(which they leave alone) and scored as Table 2 is; "
+            f"{pilot['choices']['draws']}. The last two columns "
             "are the inference gap above for the pilot's model (z0 fitted to the window's and "
             "to every noise-free point). One seed: at n = 30 Table 2's seeds differ by a "
             "sample sd of about 0.1, so a pilot tells only a large change.\n\n"
