@@ -74,8 +74,9 @@ def main(argv=None):
                         help="report only this mode's runs (default: full, else quick)")
     args = parser.parse_args(argv)
     modes = (args.mode,) if args.mode else ("full", "quick")
+    text = results_markdown(modes)  # composed first: a failing section leaves the file alone
     with open(args.out, "w") as f:
-        f.write(results_markdown(modes))
+        f.write(text)
     if not args.no_readme:
         update_blocks(README, readme_blocks(modes))
         update_blocks(BENCHMARKS_DOC, benchmarks.blocks())

@@ -151,9 +151,10 @@ def pilots(record):
                          fmt(gap["fitted to the noise-free window"]["rmse_clean"]),
                          fmt(gap["fitted to the noise-free window and extrapolation"]
                              ["rmse_clean"])])
+    draws = pilot["choices"].get("draws")  # absent from records written before it was said
     return ("Candidate changes to the latent ODE, each trained as one pilot beside Table 2 "
-            "(which they leave alone) and scored as Table 2 is; "
-            f"{pilot['choices']['draws']}. The last two columns "
+            "(which they leave alone) and scored as Table 2 is"
+            + (f"; {draws}" if draws else "") + ". The last two columns "
             "are the inference gap above for the pilot's model (z0 fitted to the window's and "
             "to every noise-free point). One seed: at n = 30 Table 2's seeds differ by a "
             "sample sd of about 0.1, so a pilot tells only a large change.\n\n"
