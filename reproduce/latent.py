@@ -198,9 +198,10 @@ def train(run, key, init, loss_and_grad, n_iters, lr, ckpt_every, seed=None, lr_
           clip=None, validate=None, validate_every=None, config=None, rng_key=None):
     """Adam on loss_and_grad(params, rng, stats) -> (loss, grads) through common.fit (resumable
     to the same numbers); init(rng) draws the parameters from the model's own generator, seeded
-    by (seed, rng_key or key) (seed: the run's --seed unless given). The learning rate decays exponentially
-    from lr to lr_final over the n_iters steps (constant if lr_final is None); clip caps the
-    gradient's global norm; validate(params) -> score picks the best parameters (state["best"])."""
+    by (seed, rng_key or key) (seed: the run's --seed unless given; rng_key: another unit's key,
+    to start from its draws). The learning rate decays exponentially from lr to lr_final over the
+    n_iters steps (constant if lr_final is None); clip caps the gradient's global norm;
+    validate(params) -> score picks the best parameters (state["best"])."""
     seed = run.seed if seed is None else seed
     rng = model_rng(seed, rng_key or key)
     params = init(rng)

@@ -537,8 +537,9 @@ def test_a_pilot_trains_its_own_unit_from_table2s_draws_and_leaves_table2_alone(
     from reproduce.spirals.report import pilots
     # a "pilot" that changes nothing must retrace Table 2's unit of its seed and n exactly
     monkeypatch.setitem(SE.PILOTS, "unchanged", {"overrides": {"encode_cut": 0.5},
-                                                 "about": "Table 2's settings"})
-    assert _run(tmp_path, "g") == 0
+                                                 "about": "Table 2's settings",
+                                                 "shares": "every draw"})
+    assert _run(tmp_path, "g", "--seeds", "0", "1") == 0
     before = (tmp_path / "g" / "results.json").read_text()
     table = json.loads(before)["results"]["table2_rmse"]
     assert _run(tmp_path, "g", "--resume", "--pilot", "unchanged", "two_layer_dynamics") == 0
@@ -563,9 +564,12 @@ def test_a_pilot_trains_its_own_unit_from_table2s_draws_and_leaves_table2_alone(
     assert "two_layer_dynamics" in text and "unchanged" in text
     x, noisy = r["rmse_clean"], r["rmse_noisy"]
     assert f"| unchanged | 30 | 5 of 5 | {x:.3f} ({noisy:.3f}) | {x:.3f} |" in text
+    assert r["seed"] == 0 and r["last_iterate"]["rmse_clean"] > 0
+    # the seeds' spread quoted beside the pilots is the record's, not a number in the code
+    assert f"sample sd of {table['Latent ODE']['30']['rmse_clean_sd']:.3f} at n = 30" in text
     # a pilot's checkpoint refuses other settings, its architecture included
     monkeypatch.setitem(SE.PILOTS, "two_layer_dynamics", {"overrides": {"dyn_hidden": [20, 9]},
-                                                          "about": "changed"})
+                                                          "about": "changed", "shares": "some"})
     with pytest.raises(CheckpointError, match="dyn_hidden"):
         _run(tmp_path, "g", "--resume", "--pilot", "two_layer_dynamics")
     # a pilot with nothing trained is refused, not scored untrained; --pilot takes no --only

@@ -57,24 +57,22 @@ SETTINGS = {
 # Candidate changes to Table 2's latent ODE, each trained by --pilot as one extra unit (the first
 # seed, n = 30 unless --train-only-n says otherwise) beside Table 2, which they leave alone.
 # Everything else is the latent ODE's training, from the generator of Table 2's unit of that seed
-# and n (PILOT_DRAWS: what the two then share).
+# and n ("shares": which of that unit's random draws the pilot's then are).
 PILOTS = {
     "two_layer_dynamics": {
         "overrides": {"dyn_hidden": [HIDDEN_MLP, HIDDEN_MLP]},
         "about": f"dynamics {LATENT}-{HIDDEN_MLP}-{HIDDEN_MLP}-{LATENT} ELU, the authors' public "
-                 "example's (the paper: one hidden layer)"},
+                 "example's (the paper: one hidden layer)",
+        "shares": "the draws before its first changed layer (the recognition network and the "
+                  "dynamics' first layer); the later parameters and the training noise differ"},
     "encode_cut_0.2": {
         "overrides": {"encode_cut": 0.2},
         "about": "the recognition network reads up to a time drawn from the last 80% of the "
                  f"window (Table 2's: the last {1 - _LATENT_CUT:.0%}), so that training asks "
-                 "z0 to carry a series up to 80 points past what was read"},
+                 "z0 to carry a series up to 80 points past what was read",
+        "shares": "every draw: Table 2's initial parameters, minibatches, posterior samples and "
+                  "encoder cuts (only the cut's range differs)"},
 }
-PILOT_DRAWS = ("a pilot's parameters and training noise (minibatches, posterior samples, "
-               "encoder cuts) come from the generator of Table 2's unit of the same n and seed: "
-               "a pilot that draws the same shapes in the same order (encode_cut_0.2) starts "
-               "from Table 2's parameters and sees its training noise; one with a changed "
-               "architecture (two_layer_dynamics) shares only the draws before its first changed "
-               "layer (the recognition network, the dynamics' first layer)")
 ADJOINT_METHOD = "dopri5"  # the backward solve: its step size carries across output times
 
 CHOICES = {
@@ -191,20 +189,21 @@ def _model_seeds(run, model):
     return _seeds(run)[:TRAINING[model]["seeds"]]
 
 
+def unit_name(model, n, seed, pilot=None):
+    """A unit's name (its checkpoint's); a pilot's is its own, beside Table 2's."""
+    return f"pilot_{pilot}_n{n}_seed{seed}" if pilot else f"{model}_n{n}_seed{seed}"
+
+
 def _grid(run):
     """unit name -> (model, n, seed) of every model of Table 2, in training order: seed by seed,
     so that a run cut short has whole seeds."""
-    return {f"{m}_n{n}_seed{s}": (m, n, s) for s in _seeds(run) for n in N_OBS for m in MODELS
+    return {unit_name(m, n, s): (m, n, s) for s in _seeds(run) for n in N_OBS for m in MODELS
             if s in _model_seeds(run, m)}
 
 
 def units(run):
     """One unit per model, number of observations and seed (its checkpoint's name)."""
     return list(_grid(run))
-
-
-def pilot_unit(pilot, n, seed):
-    return f"pilot_{pilot}_n{n}_seed{seed}"
 
 
 def train_unit(run, cfg, data, solver, model, n, seed, pilot=None):
@@ -228,11 +227,10 @@ def train_unit(run, cfg, data, solver, model, n, seed, pilot=None):
     def validate(params):
         return score(model, params, data, n, data["val"], solver, step)["rmse_noisy"]
 
-    unit = f"{model}_n{n}_seed{seed}"
-    return train(run, pilot_unit(pilot, n, seed) if pilot else unit, init, objective,
-                 cfg["iters"][model], hyper["lr"], cfg["ckpt_every"], seed=seed,
-                 lr_final=hyper["lr_final"], clip=hyper["clip"], validate=validate,
-                 validate_every=cfg["validate_every"], config=config, rng_key=unit)
+    return train(run, unit_name(model, n, seed, pilot), init, objective, cfg["iters"][model],
+                 hyper["lr"], cfg["ckpt_every"], seed=seed, lr_final=hyper["lr_final"],
+                 clip=hyper["clip"], validate=validate, validate_every=cfg["validate_every"],
+                 config=config, rng_key=unit_name(model, n, seed))
 
 
 FIT_ITERS = {"smoke": 5, "quick": 100, "full": 300}  # L-BFGS iterations of inference_gap's fits
@@ -273,18 +271,15 @@ def pilots(run, cfg, data, solver, eval_solver):
         by_n = {}
         for n in run.args.train_only_n or [30]:
             state = train_unit(run, cfg, data, solver, "latent_ode", n, seed, pilot=name)
+            unit = unit_name("latent_ode", n, seed, name)
             if state["step"] == 0:
-                run.usage_error(f"--pilot {name}: {pilot_unit(name, n, seed)} has no checkpoint "
-                                f"(with --resume) or final weights in {run.weights_dir} to "
-                                "evaluate")
+                run.usage_error(f"--pilot {name}: {unit} has no checkpoint (with --resume) or "
+                                f"final weights in {run.weights_dir} to evaluate")
+            result = evaluate_unit("latent_ode", state, data, n, eval_solver, seed)
             params = (state["best"] or state)["params"]
-            result = evaluate("latent_ode", params, data, n, eval_solver, seed + 1)
             by_n[str(n)] = {
-                "unit": pilot_unit(name, n, seed), "table2_unit": f"latent_ode_n{n}_seed{seed}",
-                "iterations": state["step"], "of": planned,
-                "best_step": state["best"]["step"] if state["best"] else None, **result,
-                "last_iterate_rmse_clean": score("latent_ode", state["params"], data, n,
-                                                 data["test"], eval_solver)["rmse_clean"],
+                "unit": unit, "seed": seed, "table2_unit": unit_name("latent_ode", n, seed),
+                "iterations": state["step"], "of": planned, **result,
                 "training": training_summary(state),
                 "inference_gap": inference_gap(params, data, n, eval_solver, solver, maxiter)}
             print(f"spirals: pilot {name} n = {n} seed {seed}: noise-free RMSE "
@@ -294,12 +289,26 @@ def pilots(run, cfg, data, solver, eval_solver):
                          choices={"pilot": PILOTS[name]["about"],
                                   "training": "Table 2's latent ODE otherwise: "
                                               f"{dict(TRAINING['latent_ode'], iterations=planned)}",
-                                  "draws": PILOT_DRAWS,
+                                  "draws": "its parameters and training noise (minibatches, "
+                                           "posterior samples, encoder cuts) come from the "
+                                           "generator of Table 2's unit of the same n and seed; "
+                                           f"it shares {PILOTS[name]['shares']}",
                                   "fits": f"inference_gap: as inference_gap.json, L-BFGS at most "
                                           f"{maxiter} iterations"},
                          filename=f"pilot_{name}.json")
         print(f"spirals: wrote {run.path(f'pilot_{name}.json')}", flush=True)
     return 0
+
+
+def evaluate_unit(model, state, data, n, eval_solver, seed, step=None):
+    """A trained unit's test scores (evaluate) at its best validated parameters, with the step
+    they were taken at and the last iterate's scores."""
+    best = state["best"]["params"] if state["best"] else state["params"]
+    result = evaluate(model, best, data, n, eval_solver, seed + 1, step)
+    result["best_step"] = state["best"]["step"] if state["best"] else None
+    result["last_iterate"] = score(model, state["params"], data, n, data["test"], eval_solver,
+                                   step)
+    return result
 
 
 def _unfinished(result, steps, planned):
@@ -340,12 +349,8 @@ def main(argv=None):
         model, n, seed = grid[key]
         step = mean_gap(observed(data, n, data["train"])[1])
         state = states[model, n, seed] = train_unit(run, cfg, data, solver, model, n, seed)
-        best = state["best"]["params"] if state["best"] else state["params"]
-        result = evaluate(model, best, data, n, eval_solver, seed + 1, step)
-        result["best_step"] = state["best"]["step"] if state["best"] else None
-        result["last_iterate"] = score(model, state["params"], data, n, data["test"],
-                                       eval_solver, step)
-        per_seed[model, n, seed] = result
+        result = per_seed[model, n, seed] = evaluate_unit(model, state, data, n, eval_solver,
+                                                          seed, step)
         print(f"spirals: {LABELS[model]:10s} n = {n:3d} seed {seed}: " + ", ".join(
             f"{k} {v:.4f}" for k, v in result.items() if isinstance(v, float)), flush=True)
     if run.partial or chosen is not None:
@@ -446,7 +451,7 @@ def main(argv=None):
             "inference_gap": {str(n): inference_gap((st["best"] or st)["params"], data, n,
                                                     eval_solver, solver, maxiter)
                               for n, st in ode.items()},
-            "models": {str(n): {"unit": f"latent_ode_n{n}_seed{s0}", "iterations": st["step"],
+            "models": {str(n): {"unit": unit_name("latent_ode", n, s0), "iterations": st["step"],
                                 "best_step": (st["best"] or {}).get("step")}
                        for n, st in ode.items()},
         }, choices={"fits": f"z0 of each test spiral fitted by L-BFGS (at most {maxiter} "

@@ -133,31 +133,35 @@ def pilots(record):
                    f.endswith(".json")) if os.path.isdir(folder) else []
     if not names:
         return ""
-    table2_rows, rows, lines = record["results"]["table2_rmse"]["Latent ODE"], [], []
+    table2_rows, rows, lines, spread = record["results"]["table2_rmse"]["Latent ODE"], [], [], {}
     for filename in names:
         with open(os.path.join(folder, filename)) as f:
             pilot = json.load(f)
-        lines.append(f"- {pilot['results']['pilot']}: {pilot['choices']['pilot']} "
+        name = pilot["results"]["pilot"]
+        lines.append(f"- {name}: {pilot['choices']['pilot']}; {pilot['choices']['draws']} "
                      f"(`{pilot['command']}`, {pilot.get('date', '?')})")
         for n, r in sorted(pilot["results"]["by_n"].items(), key=lambda kv: int(kv[0])):
-            entry, seed = table2_rows.get(n, {}), int(r["table2_unit"].rsplit("seed", 1)[1])
-            base = (entry["rmse_clean_seeds"][entry["seeds"].index(seed)]
-                    if seed in entry.get("seeds", []) else None)
+            entry = table2_rows.get(n, {})
+            base = (entry["rmse_clean_seeds"][entry["seeds"].index(r["seed"])]
+                    if r["seed"] in entry.get("seeds", []) else None)
+            if len(entry.get("rmse_clean_seeds", [])) > 1:
+                spread[n] = entry["rmse_clean_sd"]
             gap = r["inference_gap"]
-            rows.append([pilot["results"]["pilot"], n, f"{r['iterations']} of {r['of']}"
+            rows.append([name, n, f"{r['iterations']} of {r['of']}"
                          + ("" if r["iterations"] >= r["of"] else " (unfinished)"),
                          f"{fmt(r['rmse_clean'])} ({fmt(r['rmse_noisy'])})",
                          fmt(base) if base is not None else "not trained",
                          fmt(gap["fitted to the noise-free window"]["rmse_clean"]),
                          fmt(gap["fitted to the noise-free window and extrapolation"]
                              ["rmse_clean"])])
-    draws = pilot["choices"].get("draws")  # absent from records written before it was said
+    sds = ", ".join(f"{fmt(sd)} at n = {n}" for n, sd in sorted(spread.items(),
+                                                                 key=lambda kv: int(kv[0])))
     return ("Candidate changes to the latent ODE, each trained as one pilot beside Table 2 "
-            "(which they leave alone) and scored as Table 2 is"
-            + (f"; {draws}" if draws else "") + ". The last two columns "
-            "are the inference gap above for the pilot's model (z0 fitted to the window's and "
-            "to every noise-free point). One seed: at n = 30 Table 2's seeds differ by a "
-            "sample sd of about 0.1, so a pilot tells only a large change.\n\n"
+            "(which they leave alone) and scored as Table 2 is. The last two columns are the "
+            "inference gap above for the pilot's model (z0 fitted to the window's and to every "
+            "noise-free point). One seed each"
+            + (f": Table 2's seeds differ by a sample sd of {sds}, so a pilot tells only a "
+               "change larger than that" if sds else "") + ".\n\n"
             + "\n".join(lines) + "\n\n"
             + table(["pilot", "n", "iterations", "noise-free RMSE (noisy)",
                      "Table 2, same seed", "z0 fitted to window", "z0 fitted to all"], rows))
