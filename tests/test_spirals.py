@@ -546,11 +546,14 @@ def test_a_pilot_trains_its_own_unit_from_table2s_draws_and_leaves_table2_alone(
     assert (tmp_path / "g" / "results.json").read_text() == before
     same = json.loads((tmp_path / "g" / "pilot_unchanged.json").read_text())["results"]
     assert list(same["by_n"]) == ["30"]
-    r = same["by_n"]["30"]
+    cell = same["by_n"]["30"]
+    r = cell["by_seed"]["0"]
+    assert cell["seeds"] == [0] and list(cell["by_seed"]) == ["0"]
     assert r["unit"] == "pilot_unchanged_n30_seed0" and r["iterations"] == r["of"] == 5
-    assert r["rmse_clean"] == table["Latent ODE"]["30"]["rmse_clean_seeds"][0]
+    assert r["rmse_clean"] == cell["rmse_clean"] == table["Latent ODE"]["30"]["rmse_clean_seeds"][0]
     assert r["inference_gap"]["recognition network"]["rmse_clean"] == pytest.approx(
         r["rmse_clean"], rel=1e-9)
+    assert cell["inference_gap"] == r["inference_gap"]  # the mean over one seed
     deep = json.loads((tmp_path / "g" / "pilot_two_layer_dynamics.json").read_text())
     assert deep["results"]["overrides"] == {"dyn_hidden": [20, 20]}
     final = Checkpoint(str(tmp_path / "g_ckpt" / "final" / "pilot_two_layer_dynamics_n30_seed0"
@@ -563,8 +566,28 @@ def test_a_pilot_trains_its_own_unit_from_table2s_draws_and_leaves_table2_alone(
     text = pilots(record)
     assert "two_layer_dynamics" in text and "unchanged" in text
     x, noisy = r["rmse_clean"], r["rmse_noisy"]
-    assert f"| unchanged | 30 | 5 of 5 | {x:.3f} ({noisy:.3f}) | {x:.3f} |" in text
-    assert r["seed"] == 0 and r["last_iterate"]["rmse_clean"] > 0
+    assert f"| unchanged | 30 | 0 | {x:.3f} ({noisy:.3f}) | {x:.3f} | {x:.3f} ({x:.3f}) |" in text
+    assert r["last_iterate"]["rmse_clean"] > 0
+    # a second seed trained (--seeds) is then evaluated by default beside the first, and the
+    # unchanged pilot's cell is Table 2's cell of the same two seeds, mean, sd and all
+    assert _run(tmp_path, "g", "--resume", "--pilot", "unchanged", "--seeds", "1") == 0
+    assert json.loads((tmp_path / "g" / "pilot_unchanged.json").read_text())["results"][
+        "by_n"]["30"]["seeds"] == [1]
+    assert _run(tmp_path, "g", "--resume", "--evaluate-only", "--pilot", "unchanged") == 0
+    cell = json.loads((tmp_path / "g" / "pilot_unchanged.json").read_text())["results"][
+        "by_n"]["30"]
+    t2 = table["Latent ODE"]["30"]
+    assert cell["seeds"] == t2["seeds"] == [0, 1] and list(cell["by_seed"]) == ["0", "1"]
+    for key in ("rmse_clean", "rmse_clean_sd", "rmse_clean_seeds", "rmse_noisy"):
+        assert cell[key] == t2[key], key
+    gaps = [cell["by_seed"][s]["inference_gap"]["fitted to the noise-free window"]["rmse_clean"]
+            for s in ("0", "1")]
+    assert cell["inference_gap"]["fitted to the noise-free window"]["rmse_clean"] == (
+        pytest.approx(sum(gaps) / 2, rel=1e-12))
+    text = pilots(record)
+    m, sd, (a, b) = cell["rmse_clean"], cell["rmse_clean_sd"], cell["rmse_clean_seeds"]
+    assert (f"| unchanged | 30 | 0 1 | {m:.3f} ± {sd:.3f} ({cell['rmse_noisy']:.3f}) | "
+            f"{a:.3f}, {b:.3f} | {(a + b) / 2:.3f} ({a:.3f}, {b:.3f}) |") in text
     # the seeds' spread quoted beside the pilots is the record's, not a number in the code
     assert f"sample sd of {table['Latent ODE']['30']['rmse_clean_sd']:.3f} at n = 30" in text
     # a pilot's checkpoint refuses other settings, its architecture included

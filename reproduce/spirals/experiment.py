@@ -18,6 +18,9 @@ layer of 20 units); an RNN with 25 hidden units trained by Gaussian negative log
 predict the next observation; the same RNN with the time gap to the next observation as an extra
 input. Table 2: RMSE of each model's predictions at the 100 extrapolation times of the test set.
 """
+import os
+import re
+
 import numpy as np
 
 from reproduce.common import Run, partial_note
@@ -174,8 +177,9 @@ def add_args(parser):
     parser.add_argument("--pilot", nargs="+", choices=list(PILOTS), default=None,
                         help="instead of Table 2, train (or, with --resume, continue) the latent "
                              "ODE with these candidate changes at n = 30 (or --train-only-n), "
-                             "the first seed, and write pilot_NAME.json: its scores and "
-                             "inference gap (see PILOTS)")
+                             "for --seeds (default: the first seed and every seed already "
+                             "trained), and write pilot_NAME.json: its scores and inference "
+                             "gap (see PILOTS)")
 
 
 def _seeds(run):
@@ -263,36 +267,64 @@ def inference_gap(params, data, n, solver, fit_solver, maxiter):
     return out
 
 
+def _pilot_seeds(run, name, n):
+    """The seeds a pilot runs: --seeds if given, else the first seed and every seed whose unit of
+    this pilot and n has a checkpoint or final weights (so that evaluating a pilot scores all of
+    its trained seeds)."""
+    if run.args.seeds:
+        return _seeds(run)
+    pattern = re.compile(re.escape(unit_name("latent_ode", n, "", name)) + r"(\d+)\.ckpt")
+    found = {int(m.group(1)) for folder in (run.ckpt_dir, run.weights_dir)
+             if os.path.isdir(folder) for m in map(pattern.fullmatch, os.listdir(folder)) if m}
+    first = _seeds(run)[0]
+    return [first] + sorted(found - {first})
+
+
 def pilots(run, cfg, data, solver, eval_solver):
-    """Train and score each --pilot: the latent ODE with one candidate change, the first seed,
-    at each n of --train-only-n (30 if not given); one pilot_NAME.json per pilot."""
-    seed, maxiter, planned = _seeds(run)[0], FIT_ITERS[run.mode], cfg["iters"]["latent_ode"]
+    """Train and score each --pilot: the latent ODE with one candidate change, at each n of
+    --train-only-n (30 if not given) and each of its seeds (_pilot_seeds); one pilot_NAME.json
+    per pilot, its cells as Table 2's (seed_cell) beside Table 2's same seeds, each seed's
+    scores and inference gap under by_seed."""
+    maxiter, planned = FIT_ITERS[run.mode], cfg["iters"]["latent_ode"]
     for name in run.args.pilot:
         by_n = {}
         for n in run.args.train_only_n or [30]:
-            state = train_unit(run, cfg, data, solver, "latent_ode", n, seed, pilot=name)
-            unit = unit_name("latent_ode", n, seed, name)
-            if state["step"] == 0:
-                run.usage_error(f"--pilot {name}: {unit} has no checkpoint (with --resume) or "
-                                f"final weights in {run.weights_dir} to evaluate")
-            result = evaluate_unit("latent_ode", state, data, n, eval_solver, seed)
-            params = (state["best"] or state)["params"]
-            by_n[str(n)] = {
-                "unit": unit, "seed": seed, "table2_unit": unit_name("latent_ode", n, seed),
-                "iterations": state["step"], "of": planned, **result,
-                "training": training_summary(state),
-                "inference_gap": inference_gap(params, data, n, eval_solver, solver, maxiter)}
-            print(f"spirals: pilot {name} n = {n} seed {seed}: noise-free RMSE "
-                  f"{result['rmse_clean']:.4f} ({state['step']} of {planned} iterations)",
-                  flush=True)
+            results, steps, by_seed = {}, {}, {}
+            for seed in _pilot_seeds(run, name, n):
+                state = train_unit(run, cfg, data, solver, "latent_ode", n, seed, pilot=name)
+                unit = unit_name("latent_ode", n, seed, name)
+                if state["step"] == 0:
+                    run.usage_error(f"--pilot {name}: {unit} has no checkpoint (with --resume) "
+                                    f"or final weights in {run.weights_dir} to evaluate")
+                results[seed] = evaluate_unit("latent_ode", state, data, n, eval_solver, seed)
+                steps[seed] = state["step"]
+                params = (state["best"] or state)["params"]
+                by_seed[str(seed)] = {
+                    "unit": unit, "table2_unit": unit_name("latent_ode", n, seed),
+                    "iterations": state["step"], "of": planned, **results[seed],
+                    "training": training_summary(state),
+                    "inference_gap": inference_gap(params, data, n, eval_solver, solver,
+                                                   maxiter)}
+                print(f"spirals: pilot {name} n = {n} seed {seed}: noise-free RMSE "
+                      f"{results[seed]['rmse_clean']:.4f} ({state['step']} of {planned} "
+                      "iterations)", flush=True)
+            cell = seed_cell(results, steps, planned)
+            cell["inference_gap"] = {
+                start: {key: float(np.mean([by_seed[str(s)]["inference_gap"][start][key]
+                                            for s in cell["seeds"]])) for key in scores}
+                for start, scores in by_seed[str(cell["seeds"][0])]["inference_gap"].items()}
+            by_n[str(n)] = dict(cell, by_seed=by_seed)
         run.save_results({"pilot": name, "overrides": PILOTS[name]["overrides"], "by_n": by_n},
                          choices={"pilot": PILOTS[name]["about"],
                                   "training": "Table 2's latent ODE otherwise: "
                                               f"{dict(TRAINING['latent_ode'], iterations=planned)}",
-                                  "draws": "its parameters and training noise (minibatches, "
-                                           "posterior samples, encoder cuts) come from the "
-                                           "generator of Table 2's unit of the same n and seed; "
-                                           f"it shares {PILOTS[name]['shares']}",
+                                  "draws": "each seed's parameters and training noise "
+                                           "(minibatches, posterior samples, encoder cuts) come "
+                                           "from the generator of Table 2's unit of the same n "
+                                           f"and seed; it shares {PILOTS[name]['shares']}",
+                                  "seeds": "as Table 2's: the mean and sample sd over the seeds "
+                                           "that finished (inference_gap: the mean of theirs), "
+                                           "each seed's own under by_seed",
                                   "fits": f"inference_gap: as inference_gap.json, L-BFGS at most "
                                           f"{maxiter} iterations"},
                          filename=f"pilot_{name}.json")
@@ -309,6 +341,32 @@ def evaluate_unit(model, state, data, n, eval_solver, seed, step=None):
     result["last_iterate"] = score(model, state["params"], data, n, data["test"], eval_solver,
                                    step)
     return result
+
+
+def seed_cell(results, steps, planned):
+    """One cell of Table 2 from its seeds' evaluate_unit results ({seed: result}) and training
+    steps ({seed: step}): the mean and sample sd over the seeds that finished their training
+    (else those that started, else all; "seeds"), the per-seed values, and the other seeds under
+    unfinished_seeds with how far they trained."""
+    finished = [s for s in results if steps[s] >= planned]
+    used = finished or [s for s in results if steps[s] > 0] or list(results)
+    rows = [results[s] for s in used]
+    entry = {"seeds": used}
+    unfinished = {str(s): _unfinished(results[s], steps[s], planned)
+                  for s in results if s not in finished}
+    if unfinished:
+        entry["unfinished_seeds"] = unfinished
+    for key in ("rmse_clean", "rmse_noisy"):
+        values = [r[key] for r in rows]
+        entry[key], entry[f"{key}_sd"] = _summary(values)
+        entry[f"{key}_seeds"] = values
+    for key in ("test_elbo", "test_nll", "best_step"):
+        if key in rows[0]:
+            entry[f"{key}_seeds"] = [r[key] for r in rows]
+    entry["last_iterate_rmse_clean_seeds"] = [r["last_iterate"]["rmse_clean"] for r in rows]
+    for key in ("rmse_clean_by_direction", "rmse_clean_by_horizon", "rmse_clean_window"):
+        entry[f"{key}_seeds"] = [r[key] for r in rows]
+    return entry
 
 
 def _unfinished(result, steps, planned):
@@ -361,28 +419,9 @@ def main(argv=None):
     for model in MODELS:
         for n in N_OBS:
             model_seeds = _model_seeds(run, model)
-            steps = {s: states[model, n, s]["step"] for s in model_seeds}
-            finished = [s for s in model_seeds if steps[s] >= cfg["iters"][model]]
-            # "seeds": those averaged: the finished runs, else those that started, else all
-            used = finished or [s for s in model_seeds if steps[s] > 0] or model_seeds
-            rows = [per_seed[model, n, s] for s in used]
-            entry = {"seeds": used}
-            unfinished = {str(s): _unfinished(per_seed[model, n, s], steps[s], cfg["iters"][model])
-                          for s in model_seeds if s not in finished}
-            if unfinished:
-                entry["unfinished_seeds"] = unfinished
-            for key in ("rmse_clean", "rmse_noisy"):
-                values = [r[key] for r in rows]
-                entry[key], entry[f"{key}_sd"] = _summary(values)
-                entry[f"{key}_seeds"] = values
-            for key in ("test_elbo", "test_nll", "best_step"):
-                if key in rows[0]:
-                    entry[f"{key}_seeds"] = [r[key] for r in rows]
-            entry["last_iterate_rmse_clean_seeds"] = [r["last_iterate"]["rmse_clean"]
-                                                      for r in rows]
-            for key in ("rmse_clean_by_direction", "rmse_clean_by_horizon", "rmse_clean_window"):
-                entry[f"{key}_seeds"] = [r[key] for r in rows]
-            table.setdefault(LABELS[model], {})[str(n)] = entry
+            table.setdefault(LABELS[model], {})[str(n)] = seed_cell(
+                {s: per_seed[model, n, s] for s in model_seeds},
+                {s: states[model, n, s]["step"] for s in model_seeds}, cfg["iters"][model])
     for model, label in (("last_observation", "Last observation"),
                          ("linear", "Linear extrapolation")):
         for n in N_OBS:

@@ -127,44 +127,54 @@ def inference_gap(record):
 
 def pilots(record):
     """The candidate changes tried on the latent ODE (pilot_*.json beside the record, written by
-    --pilot), each beside Table 2's latent ODE of the same seed and n."""
+    --pilot), each beside Table 2's latent ODE of the same seeds and n."""
     folder = os.path.join(FIGURES, record.get("folder", ""))
     names = sorted(f for f in os.listdir(folder) if f.startswith("pilot_") and
                    f.endswith(".json")) if os.path.isdir(folder) else []
     if not names:
         return ""
     table2_rows, rows, lines, spread = record["results"]["table2_rmse"]["Latent ODE"], [], [], {}
+
+    def listed(values):
+        return ", ".join(fmt(v) for v in values)
+
     for filename in names:
         with open(os.path.join(folder, filename)) as f:
             pilot = json.load(f)
         name = pilot["results"]["pilot"]
         lines.append(f"- {name}: {pilot['choices']['pilot']}; {pilot['choices']['draws']} "
                      f"(`{pilot['command']}`, {pilot.get('date', '?')})")
-        for n, r in sorted(pilot["results"]["by_n"].items(), key=lambda kv: int(kv[0])):
+        for n, cell in sorted(pilot["results"]["by_n"].items(), key=lambda kv: int(kv[0])):
             entry = table2_rows.get(n, {})
-            base = (entry["rmse_clean_seeds"][entry["seeds"].index(r["seed"])]
-                    if r["seed"] in entry.get("seeds", []) else None)
+            base = [entry["rmse_clean_seeds"][entry["seeds"].index(s)]
+                    for s in cell["seeds"] if s in entry.get("seeds", [])]
             if len(entry.get("rmse_clean_seeds", [])) > 1:
                 spread[n] = entry["rmse_clean_sd"]
-            gap = r["inference_gap"]
-            rows.append([name, n, f"{r['iterations']} of {r['of']}"
-                         + ("" if r["iterations"] >= r["of"] else " (unfinished)"),
-                         f"{fmt(r['rmse_clean'])} ({fmt(r['rmse_noisy'])})",
-                         fmt(base) if base is not None else "not trained",
+            clean = fmt(cell["rmse_clean"]) + (f" ± {fmt(cell['rmse_clean_sd'])}"
+                                               if len(cell["seeds"]) > 1 else "")
+            gap = cell["inference_gap"]
+            rows.append([name, n, " ".join(map(str, cell["seeds"])) + unfinished_note(cell),
+                         f"{clean} ({fmt(cell['rmse_noisy'])})", listed(cell["rmse_clean_seeds"]),
+                         (f"{fmt(sum(base) / len(base))} ({listed(base)})"
+                          if len(base) == len(cell["seeds"]) else "not trained"),
+                         fmt(gap["fitted to the noisy observations"]["rmse_clean"]),
                          fmt(gap["fitted to the noise-free window"]["rmse_clean"]),
                          fmt(gap["fitted to the noise-free window and extrapolation"]
                              ["rmse_clean"])])
     sds = ", ".join(f"{fmt(sd)} at n = {n}" for n, sd in sorted(spread.items(),
                                                                  key=lambda kv: int(kv[0])))
-    return ("Candidate changes to the latent ODE, each trained as one pilot beside Table 2 "
-            "(which they leave alone) and scored as Table 2 is. The last two columns are the "
-            "inference gap above for the pilot's model (z0 fitted to the window's and to every "
-            "noise-free point). One seed each"
-            + (f": Table 2's seeds differ by a sample sd of {sds}, so a pilot tells only a "
-               "change larger than that" if sds else "") + ".\n\n"
+    return ("Candidate changes to the latent ODE, each trained as a pilot beside Table 2 (which "
+            "they leave alone) and scored as Table 2 is: mean ± sample sd over its seeds (the "
+            "noisy RMSE in brackets), each seed's, and Table 2's latent ODE of the same seeds "
+            "(their mean, each seed's). The last three columns are the inference gap above for "
+            "the pilot's models (mean over its seeds): z0 fitted to each test spiral's own noisy "
+            "observations, to the window's and to every noise-free point"
+            + (f". Table 2's seeds differ by a sample sd of {sds}, so a pilot with few seeds "
+               "tells only a change larger than that" if sds else "") + ".\n\n"
             + "\n".join(lines) + "\n\n"
-            + table(["pilot", "n", "iterations", "noise-free RMSE (noisy)",
-                     "Table 2, same seed", "z0 fitted to window", "z0 fitted to all"], rows))
+            + table(["pilot", "n", "seeds", "noise-free RMSE (noisy)", "per seed",
+                     "Table 2, same seeds", "z0 fitted to noisy obs", "z0 fitted to window",
+                     "z0 fitted to all"], rows))
 
 
 def section(runs):
