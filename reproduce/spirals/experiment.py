@@ -57,8 +57,8 @@ SETTINGS = {
                  iters=dict(rnn=3000, rnn_dt=3000, latent_ode=20000, latent_ode_elbo=20000),
                  tol=1e-5, ckpt_every=250, validate_every=250),
 }
-# Candidate changes to Table 2's latent ODE, each trained by --pilot as one extra unit (the first
-# seed, n = 30 unless --train-only-n says otherwise) beside Table 2, which they leave alone.
+# Candidate changes to Table 2's latent ODE, each trained by --pilot as its own units (per seed,
+# n = 30 unless --train-only-n says otherwise) beside Table 2, which they leave alone.
 # Everything else is the latent ODE's training, from the generator of Table 2's unit of that seed
 # and n ("shares": which of that unit's random draws the pilot's then are).
 PILOTS = {
@@ -298,13 +298,12 @@ def pilots(run, cfg, data, solver, eval_solver):
                                     f"or final weights in {run.weights_dir} to evaluate")
                 results[seed] = evaluate_unit("latent_ode", state, data, n, eval_solver, seed)
                 steps[seed] = state["step"]
-                params = (state["best"] or state)["params"]
                 by_seed[str(seed)] = {
                     "unit": unit, "table2_unit": unit_name("latent_ode", n, seed),
                     "iterations": state["step"], "of": planned, **results[seed],
                     "training": training_summary(state),
-                    "inference_gap": inference_gap(params, data, n, eval_solver, solver,
-                                                   maxiter)}
+                    "inference_gap": inference_gap(best_params(state), data, n, eval_solver,
+                                                   solver, maxiter)}
                 print(f"spirals: pilot {name} n = {n} seed {seed}: noise-free RMSE "
                       f"{results[seed]['rmse_clean']:.4f} ({state['step']} of {planned} "
                       "iterations)", flush=True)
@@ -332,11 +331,16 @@ def pilots(run, cfg, data, solver, eval_solver):
     return 0
 
 
+def best_params(state):
+    """A trained unit's parameters with the lowest validation RMSE (the last iterate's if it was
+    never validated): what every test number is computed from."""
+    return (state["best"] or state)["params"]
+
+
 def evaluate_unit(model, state, data, n, eval_solver, seed, step=None):
     """A trained unit's test scores (evaluate) at its best validated parameters, with the step
     they were taken at and the last iterate's scores."""
-    best = state["best"]["params"] if state["best"] else state["params"]
-    result = evaluate(model, best, data, n, eval_solver, seed + 1, step)
+    result = evaluate(model, best_params(state), data, n, eval_solver, seed + 1, step)
     result["best_step"] = state["best"]["step"] if state["best"] else None
     result["last_iterate"] = score(model, state["params"], data, n, data["test"], eval_solver,
                                    step)
@@ -432,7 +436,7 @@ def main(argv=None):
                 "rmse_noisy_sd": 0.0, "rmse_noisy_seeds": [r["rmse_noisy"]]}
 
     s0 = seeds[0]
-    best = {(m, n): (states[m, n, s0]["best"] or states[m, n, s0])["params"]
+    best = {(m, n): best_params(states[m, n, s0])
             for m in MODELS for n in N_OBS}
     histories = {m: {n: states[m, n, s0]["history"] for n in N_OBS} for m in MODELS}
     step30 = mean_gap(observed(data, 30, data["train"])[1])
@@ -487,7 +491,7 @@ def main(argv=None):
     if run.args.inference_gap:
         maxiter, ode = FIT_ITERS[run.mode], {n: states["latent_ode", n, s0] for n in N_OBS}
         run.save_results({
-            "inference_gap": {str(n): inference_gap((st["best"] or st)["params"], data, n,
+            "inference_gap": {str(n): inference_gap(best_params(st), data, n,
                                                     eval_solver, solver, maxiter)
                               for n, st in ode.items()},
             "models": {str(n): {"unit": unit_name("latent_ode", n, s0), "iterations": st["step"],
