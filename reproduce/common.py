@@ -359,7 +359,8 @@ def global_norm_clip(grads, max_norm):
 
 
 def fit(run, key, params, objective, optimizer, n_iters, every=100, config=None, rng=None,
-        lr_factor=None, clip=None, validate=None, validate_every=None):
+        lr_factor=None, clip=None, validate=None, validate_every=None, stop_at=None,
+        initial=None):
     """Minimise with objective(params, rng, step, stats) -> (loss, grads) for n_iters steps of
     `optimizer`, resumable to the same numbers.
 
@@ -378,6 +379,10 @@ def fit(run, key, params, objective, optimizer, n_iters, every=100, config=None,
     --evaluate-only nothing is trained: the state is the checkpoint as it stands, else the final
     weights, else the untrained parameters.
     `run.stopper.tick()` runs after every step (--stop-after: tests use it to simulate a kill).
+    stop_at: train only up to this step of the n_iters (validated and checkpointed there; no
+    final weights). initial(): called only when there is neither a checkpoint nor final weights
+    to go on from, returns the state to start from instead of step 0 (another unit's state with
+    its per-step records under "log_records", which start this unit's log).
     Returns the state dict, with state["history"] read back from the log.
     """
     config = dict(run.config, model=key, n_iters=n_iters, clip=clip,
@@ -390,12 +395,18 @@ def fit(run, key, params, objective, optimizer, n_iters, every=100, config=None,
         final = weights.load(config, force=True)
         if final is not None:
             return _with_history(final)  # finished, kept as weights
+    records = []
+    if state is None and initial is not None:
+        state = dict(initial(), config=config, log_size=0)
+        records = state.pop("log_records")
     if state is None:
         state = {"params": params, "optimizer": optimizer.state_dict(),
                  "rng": (rng or model_rng(run.seed, key)).get_state(), "step": 0,
                  "seconds": 0.0, "log_size": 0, "best": None, "validation": [],
                  "config": config}
     log.restore(state["log_size"])
+    for record in records:
+        log.append(record)
     optimizer.load_state_dict(state["optimizer"])
     rng = np.random.RandomState()
     rng.set_state(state["rng"])
@@ -404,7 +415,7 @@ def fit(run, key, params, objective, optimizer, n_iters, every=100, config=None,
 
     def checkpoint(step):
         nonlocal started
-        if validate is not None and (step % validate_every == 0 or step == n_iters):
+        if validate is not None and (step % validate_every == 0 or step in (n_iters, stop_at)):
             score = float(validate(params))
             state["validation"].append({"step": step, "score": score})
             if state["best"] is None or score < state["best"]["score"]:
@@ -415,7 +426,7 @@ def fit(run, key, params, objective, optimizer, n_iters, every=100, config=None,
         started = time.time()
         ckpt.save(state)
 
-    steps = range(start, n_iters)
+    steps = range(start, n_iters if stop_at is None else min(stop_at, n_iters))
     for step in (run.progress(steps, desc=key, total=len(steps)) if len(steps) else steps):
         stats.reset()
         value, grads = objective(params, rng, step, stats)
@@ -427,7 +438,7 @@ def fit(run, key, params, objective, optimizer, n_iters, every=100, config=None,
         log.append({"loss": float(value), "nfe_f": stats.forward.nfe,
                     "nfe_b": stats.backward.nfe, "grad_norm": norm, "lr": lr})
         run.set_postfix(loss=float(value), nfe_f=stats.forward.nfe, nfe_b=stats.backward.nfe)
-        if (step + 1) % every == 0 or step + 1 == n_iters or (
+        if (step + 1) % every == 0 or step + 1 in (n_iters, stop_at) or (
                 validate is not None and (step + 1) % validate_every == 0):
             checkpoint(step + 1)
         run.stopper.tick()
@@ -453,8 +464,8 @@ def _final(state):
     spaced, the last included) as float32/int32 arrays."""
     h, steps = state["history"], len(state["history"]["loss"])
     index = np.unique(np.linspace(0, steps - 1, min(steps, HISTORY_POINTS)).round().astype(int))
-    keep = ("params", "best", "validation", "step", "seconds", "config")
-    return {**{k: state[k] for k in keep}, "history_index": index,
+    keep = ("params", "best", "validation", "step", "seconds", "config", "starts")
+    return {**{k: state[k] for k in keep if k in state}, "history_index": index,
             "history": {"loss": np.asarray(h["loss"], np.float32)[index],
                         "nfe_f": np.asarray(h["nfe_f"], np.int32)[index],
                         "nfe_b": np.asarray(h["nfe_b"], np.int32)[index]},

@@ -195,22 +195,52 @@ def solve_union(func, z0, t0, times, args=(), **solver):
 
 
 def train(run, key, init, loss_and_grad, n_iters, lr, ckpt_every, seed=None, lr_final=None,
-          clip=None, validate=None, validate_every=None, config=None, rng_key=None):
+          clip=None, validate=None, validate_every=None, config=None, rng_key=None, starts=1,
+          start_iters=None):
     """Adam on loss_and_grad(params, rng, stats) -> (loss, grads) through common.fit (resumable
     to the same numbers); init(rng) draws the parameters from the model's own generator, seeded
     by (seed, rng_key or key) (seed: the run's --seed unless given; rng_key: another unit's key,
     to start from its draws). The learning rate decays exponentially from lr to lr_final over the
     n_iters steps (constant if lr_final is None); clip caps the gradient's global norm;
-    validate(params) -> score picks the best parameters (state["best"])."""
+    validate(params) -> score picks the best parameters (state["best"]).
+
+    starts > 1: random restarts. Each of `starts` draws (the first from the unit's own generator,
+    start j from (seed, rng_key or key, "start j")) trains start_iters steps of this same
+    schedule as its own unit KEY_startJ; the one with the lowest validation score then goes on,
+    with its optimiser and generator, to n_iters as this unit (state["starts"]: their scores;
+    state["seconds"]: every start's time)."""
     seed = run.seed if seed is None else seed
-    rng = model_rng(seed, rng_key or key)
-    params = init(rng)
     decay = None if lr_final is None else (lambda step: (lr_final / lr) ** (step / n_iters))
-    return fit(run, key, params,
-               lambda p, rng, step, stats: loss_and_grad(p, rng, stats), Adam(lr), n_iters,
-               every=ckpt_every, rng=rng, lr_factor=decay, clip=clip,
-               validate=validate, validate_every=validate_every,
-               config=dict(config or {}, seed=seed, lr=lr, lr_final=lr_final))
+    config = dict(config or {}, seed=seed, lr=lr, lr_final=lr_final)
+    if starts > 1:
+        if validate is None or not 0 < (start_iters or 0) < n_iters:
+            raise ValueError(f"{key}: restarts need a validation score and 0 < start_iters < "
+                             f"n_iters, not start_iters={start_iters}, n_iters={n_iters}")
+        config.update(starts=starts, start_iters=start_iters)
+
+    def run_fit(unit, rng, **kwargs):
+        return fit(run, unit, init(rng), lambda p, r, step, stats: loss_and_grad(p, r, stats),
+                   Adam(lr), n_iters, every=ckpt_every, rng=rng, lr_factor=decay, clip=clip,
+                   validate=validate, validate_every=validate_every, config=config, **kwargs)
+
+    def best_start():
+        tried = []
+        for j in range(starts):
+            suffix = "" if j == 0 else f"_start{j}"
+            rng = model_rng(seed, (rng_key or key) + suffix)
+            state = run_fit(f"{key}_start{j}", rng, stop_at=start_iters)
+            tried.append((state["validation"][-1]["score"], j, state))
+        score, j, state = min(tried, key=lambda c: c[:2])
+        records = run.log(f"{key}_start{j}").read(state["log_size"])
+        state = {k: v for k, v in state.items() if k not in ("history", "config", "log_size")}
+        state["log_records"] = records
+        state["seconds"] = sum(c[2]["seconds"] for c in tried)
+        state["starts"] = [{"start": i, "validation_score": s, "step": start_iters}
+                           for s, i, _ in tried]
+        return state
+
+    return run_fit(key, model_rng(seed, rng_key or key),
+                   initial=best_start if starts > 1 else None)
 
 
 def training_summary(state):

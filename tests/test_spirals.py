@@ -415,8 +415,11 @@ def test_smoke_run_writes_results_and_resume_gives_the_same_numbers(tmp_path):
     assert _run(tmp_path, "whole") == 0
     record = json.loads((tmp_path / "whole" / "results.json").read_text())
     table = record["results"]["table2_rmse"]
-    assert set(table) == {"RNN", "RNN + dt", "Latent ODE", "Latent ODE, window ELBO",
-                          "Last observation", "Linear extrapolation"}
+    latent = ["Latent ODE", "Latent ODE, window ELBO",
+              "Latent ODE, two-layer dynamics, best of 3 starts"]
+    assert list(table) == ["RNN", "RNN + dt"] + [
+        row for label in latent for row in (label, f"{label}, z0 by MAP")] + [
+        "Last observation", "Linear extrapolation"]
     for row in table.values():
         assert set(row) == {"30", "50", "100"}
         for cell in row.values():
@@ -467,7 +470,9 @@ def test_training_split_by_n_then_gathered_gives_the_numbers_of_one_run(tmp_path
     assert _run(tmp_path, "byn", "--resume", "--train-only-n", "100") == 0
     assert not (tmp_path / "byn" / "results.json").exists()
     assert sorted(p.name for p in (tmp_path / "byn_ckpt").iterdir() if p.is_file()) == sorted(
-        f"{m}_n100_seed0.{ext}" for m in ("latent_ode", "latent_ode_elbo", "rnn_dt", "rnn")
+        f"{m}_n100_seed0{start}.{ext}" for m, start in [
+            ("latent_ode", ""), ("latent_ode_elbo", ""), ("rnn_dt", ""), ("rnn", "")]
+        + [("latent_ode_2l", s) for s in ("", "_start0", "_start1", "_start2")]
         for ext in ("ckpt", "log.jsonl"))
     assert _run(tmp_path, "byn", "--resume", "--only", "latent_ode_n30_seed0",
                 "latent_ode_n50_seed0") == 0
@@ -494,10 +499,11 @@ def test_training_split_by_n_then_gathered_gives_the_numbers_of_one_run(tmp_path
 
 @pytest.mark.slow
 def test_table2_means_only_the_finished_seeds_and_lists_the_others(tmp_path):
-    # seed 0: 4 models x 3 n x 5 iterations = 60 steps; then RNN n = 30 seed 1 finishes (65) and
-    # RNN + dt n = 30 seed 1 is killed after 2 more (its checkpoint at step 2)
+    # seed 0: 4 models x 3 n x 5 iterations, and the two-layer latent ODE's 3 starts x 2 + 3 at
+    # each n: 87 steps; then RNN n = 30 seed 1 finishes (92) and RNN + dt n = 30 seed 1 is killed
+    # after 2 more (its checkpoint at step 2)
     with pytest.raises(KeyboardInterrupt):
-        _run(tmp_path, "p", "--seeds", "0", "1", "--stop-after", "67")
+        _run(tmp_path, "p", "--seeds", "0", "1", "--stop-after", "94")
     assert _run(tmp_path, "p", "--seeds", "0", "1", "--resume", "--evaluate-only") == 0
     record = json.loads((tmp_path / "p" / "results.json").read_text())["results"]
     table = record["table2_rmse"]
@@ -604,3 +610,80 @@ def test_a_pilot_trains_its_own_unit_from_table2s_draws_and_leaves_table2_alone(
     with pytest.raises(SystemExit) as err:
         _run(tmp_path, "g", "--pilot", "unchanged", "--only", "latent_ode_n30_seed0")
     assert err.value.code == 2
+
+
+def test_map_z0_is_the_posterior_mode_between_the_data_and_the_prior():
+    rng = np.random.RandomState(4)
+    params = SM.init_latent_ode(rng, [SM.HIDDEN_MLP, SM.HIDDEN_MLP])
+    t = np.linspace(0.0, 1.5, 40)
+    z_true = rng.randn(4, SM.LATENT)
+    index = np.stack([np.sort(rng.choice(len(t), 15, replace=False)) for _ in range(4)])
+    target = SM.decode(params, z_true, t, TIGHT)[0][np.arange(4)[:, None], index]
+    start = z_true + 0.1 * rng.randn(*z_true.shape)
+    solver = dict(method="adams", rtol=1e-8, atol=1e-8)
+
+    def misfit(z0):
+        path = SM.decode(params, z0, t, TIGHT)[0][np.arange(4)[:, None], index]
+        return np.sum((path - target) ** 2)
+
+    def neg_log_post(z0, noise_std):
+        return misfit(z0) / (2 * noise_std ** 2) + 0.5 * np.sum(z0 ** 2)
+
+    # little noise: the decoded path goes through the data (a 2-d path need not pin a 4-d z0)
+    sharp = SM.fit_z0(params, start, t, index, target, solver, 300, noise_std=1e-2)
+    assert misfit(sharp) < 1e-2 * misfit(start)
+    # much noise: the prior wins, z0 shrinks to its mean 0
+    vague = SM.fit_z0(params, start, t, index, target, solver, 300, noise_std=1e3)
+    assert np.max(np.abs(vague)) < 1e-3
+    # in between: a stationary point of the negative log posterior that beats its start
+    mid = SM.fit_z0(params, start, t, index, target, solver, 300, noise_std=0.3)
+    assert neg_log_post(mid, 0.3) < neg_log_post(start, 0.3)
+    g = grad(lambda z: neg_log_post(z, 0.3))(mid)
+    assert np.max(np.abs(g)) < 3e-2 * np.max(np.abs(grad(lambda z: neg_log_post(z, 0.3))(start)))
+    assert misfit(sharp) < misfit(mid) < misfit(vague)
+    assert np.sum(vague ** 2) < np.sum(mid ** 2) < np.sum(sharp ** 2)  # the prior's pull
+
+
+def test_restarts_go_on_with_the_start_that_validates_best_and_resume_exactly(tmp_path):
+    from reproduce.common import Run
+    from reproduce.latent import train
+    target = np.array([1.0, -2.0, 0.5])
+
+    def loss_and_grad(p, rng, stats):
+        noise = 0.1 * rng.randn(3)  # uses the unit's generator, as minibatches do
+        return float(np.sum((p["w"] - target) ** 2)), {"w": 2 * (p["w"] - target) + noise}
+
+    def validate(p):
+        return float(np.sum((p["w"] - target) ** 2))
+
+    def go(folder, key="toy", *flags, **kw):
+        run = Run("toy", ["--smoke", "--checkpoint-dir", str(tmp_path / folder), *flags])
+        kw = dict(dict(starts=3, start_iters=4), **kw)
+        return train(run, key, lambda rng: {"w": 3 * rng.randn(3)}, loss_and_grad, 10, 0.05, 2,
+                     validate=validate, validate_every=2, **kw)
+
+    state = go("a")
+    scores = [s["validation_score"] for s in state["starts"]]
+    assert [s["start"] for s in state["starts"]] == [0, 1, 2] and len(set(scores)) == 3
+    assert all(s["step"] == 4 for s in state["starts"])
+    # each start is the plain run of its own draws, stopped at start_iters
+    plain = [go("plain", f"plain{j}", rng_key="toy" + ("" if j == 0 else f"_start{j}"),
+                starts=1) for j in range(3)]
+    for j, p in enumerate(plain):
+        assert [v["score"] for v in p["validation"] if v["step"] == 4] == [scores[j]]
+    best = int(np.argmin(scores))
+    np.testing.assert_array_equal(state["params"]["w"], plain[best]["params"]["w"])
+    assert state["step"] == 10 and len(state["history"]["loss"]) == 10
+    assert state["history"]["loss"] == plain[best]["history"]["loss"]
+    # killed inside the second start, then inside the main unit: resumed to the same numbers
+    for stop in ("6", "9"):  # ticks of each process: the second kill is 3 steps into the main
+        with pytest.raises(KeyboardInterrupt):
+            go("b", "toy", "--resume", "--stop-after", stop)
+    from reproduce.common import Checkpoint
+    assert Checkpoint(str(tmp_path / "b" / "toy.ckpt")).load()["step"] == 6
+    resumed = go("b", "toy", "--resume")
+    np.testing.assert_array_equal(resumed["params"]["w"], state["params"]["w"])
+    assert resumed["starts"] == state["starts"]
+    assert resumed["history"]["loss"] == state["history"]["loss"]
+    with pytest.raises(ValueError, match="start_iters"):
+        go("c", start_iters=10)

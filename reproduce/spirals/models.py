@@ -13,10 +13,13 @@ from reproduce.latent import (MLPDynamics, encode, gaussian_log_density, init_ml
 
 from .data import SPIRAL, observed
 
-MODELS = ("rnn", "rnn_dt", "latent_ode", "latent_ode_elbo")
-LATENT_MODELS = ("latent_ode", "latent_ode_elbo")  # one model, two training objectives
+MODELS = ("rnn", "rnn_dt", "latent_ode", "latent_ode_elbo", "latent_ode_2l")
+# the paper's latent ODE with two training objectives, and with two-layer dynamics and restarts
+LATENT_MODELS = ("latent_ode", "latent_ode_elbo", "latent_ode_2l")
 LABELS = {"rnn": "RNN", "rnn_dt": "RNN + dt", "latent_ode": "Latent ODE",
-          "latent_ode_elbo": "Latent ODE, window ELBO"}
+          "latent_ode_elbo": "Latent ODE, window ELBO",
+          "latent_ode_2l": "Latent ODE, two-layer dynamics, best of 3 starts"}
+MAP_LABEL = "{}, z0 by MAP"  # Table 2's row of a latent model scored from map_z0
 LATENT, HIDDEN_RNN, HIDDEN_MLP = 4, 25, 20
 # Every RNN (recognition and baselines) sees x / X_SCALE and time gaps in units of the grid step,
 # so that its tanh units start unsaturated; the baselines' outputs are scaled back by X_SCALE.
@@ -68,19 +71,24 @@ def latent_ode_predict(params, xs, times, t_grid, solver, eps=None):
     return decode(params, mu if eps is None else sample_z0(mu, logvar, eps), t_grid, solver)
 
 
-def fit_z0(params, z_init, t_grid, index, target, solver, maxiter):
+def fit_z0(params, z_init, t_grid, index, target, solver, maxiter, noise_std=None):
     """The z0 (B, LATENT) whose decoded path at the times t_grid[index] (index (B, k)) fits
-    target (B, k, 2) best in least squares: L-BFGS from z_init for at most maxiter iterations,
-    gradients by the adjoint. It tells what the trained dynamics and decoder can do when z0 is
-    inferred as well as these points allow, whatever the recognition network does."""
+    target (B, k, 2) best: in least squares, or with noise_std the posterior mode under the
+    model (the squared error / (2 noise_std^2) plus the prior's |z0|^2 / 2); L-BFGS from z_init
+    for at most maxiter iterations, gradients by the adjoint. It tells what the trained dynamics
+    and decoder can do when z0 is inferred as well as these points allow, whatever the
+    recognition network does."""
     index = np.asarray(index)
     grid, rows = t_grid[:index.max() + 1], np.arange(len(index))[:, None]
+    weight = 1.0 if noise_std is None else 0.5 / noise_std ** 2
 
-    def squared_error(flat):
-        path = decode(params, anp.reshape(flat, z_init.shape), grid, solver)[0]
-        return anp.sum((path[rows, index] - target) ** 2)
+    def objective(flat):
+        z0 = anp.reshape(flat, z_init.shape)
+        path = decode(params, z0, grid, solver)[0]
+        misfit = weight * anp.sum((path[rows, index] - target) ** 2)
+        return misfit if noise_std is None else misfit + 0.5 * anp.sum(z0 ** 2)
 
-    loss_and_grad = value_and_grad(squared_error)
+    loss_and_grad = value_and_grad(objective)
 
     def fun(flat):
         value, g = loss_and_grad(flat)
@@ -89,6 +97,16 @@ def fit_z0(params, z_init, t_grid, index, target, solver, maxiter):
     fit = minimize(fun, np.ravel(z_init).astype(float), jac=True, method="L-BFGS-B",
                    options={"maxiter": maxiter})
     return fit.x.reshape(np.shape(z_init))
+
+
+def map_z0(params, data, n, rows, solver, maxiter):
+    """The posterior mode of z0 of each given spiral from its n noisy observations (fit_z0 with
+    the data noise, from the recognition network's mean): inference without the amortisation
+    gap of the recognition network, from the same observations."""
+    xs, times = observed(data, n, rows)
+    mu = np.asarray(posterior(params, xs, times)[0])
+    return fit_z0(params, mu, data["t"], data["obs_idx"][n][rows], xs, solver, maxiter,
+                  noise_std=SPIRAL["noise_std"])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -280,14 +298,11 @@ def rmse_by_horizon(pred, target, stretches=HORIZONS):
                                        np.array_split(target, stretches, axis=1))]
 
 
-def evaluate(model, params, data, n, solver, seed, step=None):
-    """Test-set RMSE (noisy and noise-free; noise-free per direction, the two arms grow
-    differently, the clockwise one as 1/angle; noise-free in HORIZONS stretches of the
-    extrapolation and inside the observation window, which tell an error that grows with the
-    horizon from a poor fit), and the test ELBO (latent ODE) or NLL (RNNs) of the
-    observations."""
-    rows = data["test"]
-    pred, window = predictions(model, params, data, n, rows, solver, step)
+def extrapolation_scores(pred, window, data, rows):
+    """score_predictions of predictions (B, extrap, 2), and the noise-free RMSE per direction
+    (the two arms grow differently, the clockwise one as 1/angle), in HORIZONS stretches of the
+    extrapolation and inside the observation window (window: (fit, the noise-free points it
+    fits)), which tell an error that grows with the horizon from a poor fit."""
     result = score_predictions(pred, data, rows)
     result["rmse_clean_by_direction"] = {
         name: score_predictions(pred[data["direction"][rows] == d], data,
@@ -295,11 +310,26 @@ def evaluate(model, params, data, n, solver, seed, step=None):
         for name, d in (("counter-clockwise", 1), ("clockwise", -1))}
     result["rmse_clean_by_horizon"] = rmse_by_horizon(pred, data["clean"][rows, SPIRAL["window"]:])
     result["rmse_clean_window"] = rmse(*window)
+    return result
+
+
+def evaluate(model, params, data, n, solver, seed, step=None, refine=None):
+    """Test-set extrapolation_scores, and the test ELBO (latent ODE) or NLL (RNNs) of the
+    observations. refine: for a latent ODE, also the scores from z0 = map_z0 (under "map_z0"),
+    with refine["solver"] for its gradients and at most refine["maxiter"] L-BFGS iterations."""
+    rows, w = data["test"], SPIRAL["window"]
+    result = extrapolation_scores(*predictions(model, params, data, n, rows, solver, step),
+                                  data, rows)
     xs, times = observed(data, n, rows)
     if model in LATENT_MODELS:
         eps = np.random.RandomState(seed).randn(len(rows), LATENT)
         log_px, kl = elbo_terms(params, xs, times, eps, solver)
         result["test_elbo"] = float(np.mean(log_px - kl))
+        if refine is not None:
+            z0 = map_z0(params, data, n, rows, refine["solver"], refine["maxiter"])
+            path = decode(params, z0, data["t"], solver)[0]
+            result["map_z0"] = extrapolation_scores(
+                path[:, w:], (path[:, :w], data["clean"][rows, :w]), data, rows)
     elif model in ("rnn", "rnn_dt"):
         result["test_nll"] = float(rnn_nll(params, xs, times, model == "rnn_dt"))
     return result
