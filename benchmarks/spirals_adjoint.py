@@ -24,7 +24,7 @@ sys.path.insert(0, ROOT)
 
 from odeint_autograd import SolverStats  # noqa: E402
 from reproduce.common import Checkpoint, machine, write_benchmark  # noqa: E402
-from reproduce.markdown import table  # noqa: E402
+from reproduce.benchmarks import spirals_adjoint_table  # noqa: E402
 from reproduce.spirals.data import make_dataset, observed  # noqa: E402
 from reproduce.spirals.experiment import SETTINGS, TRAINING  # noqa: E402
 from reproduce.spirals.models import latent_ode_objective  # noqa: E402
@@ -74,10 +74,7 @@ def main(argv=None):
 
 
 def show(record):
-    print(table(["n", "adjoint", "tol", "seconds", "NFE fwd", "NFE bwd", "rel. error"],
-                [[r["n"], r["adjoint_method"], f"{r['tol']:.0e}", f"{r['seconds']:.3f}",
-                  r["nfe_forward"], r["nfe_backward"], f"{r['relative_error']:.1e}"]
-                 for r in record["rows"]]))
+    print(spirals_adjoint_table(record))
 
 
 if __name__ == "__main__":

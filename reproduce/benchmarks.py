@@ -167,6 +167,28 @@ def nfe_ratio_table(data, seconds=False):
                   "bwd / fwd"] + ["s per gradient"] * seconds, rows)
 
 
+def spirals_adjoint_table(data):
+    """The spirals_adjoint benchmark's rows as a markdown table."""
+    return table(["n", "adjoint", "tol", "s per gradient", "NFE fwd", "NFE bwd",
+                  "error against the tight solve"],
+                 [[r["n"], r["adjoint_method"], f"{r['tol']:.0e}", f"{r['seconds']:.3f}",
+                   r["nfe_forward"], r["nfe_backward"], f"{r['relative_error']:.1e}"]
+                  for r in data["rows"]])
+
+
+def spirals_adjoint_block():
+    """benchmarks/spirals_adjoint.py: the spirals latent ODE's adjoint method."""
+    data = benchmark("spirals_adjoint")
+    if data is None:
+        return "Spirals adjoint benchmark: not run yet (`python benchmarks/spirals_adjoint.py`)."
+    return "\n\n".join([
+        f"`{data['command']}` ({data['date']}, {data['machine'].get('cpus')} CPUs, quiet): one "
+        f"training gradient of {data['weights']} (minibatch of 100 training spirals, forward by "
+        "Adams at the same tolerance), the fastest of the repeats; the error is the gradient's "
+        "relative L2 distance from the first row's.",
+        spirals_adjoint_table(data)])
+
+
 def executors_block():
     """benchmarks/executors.py: `reproduce all --quick` per executor."""
     data = benchmark("executors")
@@ -188,4 +210,5 @@ def blocks():
                                          spiral_demo_block(), "### Memory: adjoint O(1), "
                                          "direct backprop O(steps)", memory_block()]),
             "tf_overhead": tf_overhead_block(), "mnist_step": mnist_step_block(),
-            "nfe_ratio": nfe_ratio_block(), "executors": executors_block()}
+            "nfe_ratio": nfe_ratio_block(), "executors": executors_block(),
+            "spirals_adjoint": spirals_adjoint_block()}

@@ -415,8 +415,7 @@ def test_smoke_run_writes_results_and_resume_gives_the_same_numbers(tmp_path):
     assert _run(tmp_path, "whole") == 0
     record = json.loads((tmp_path / "whole" / "results.json").read_text())
     table = record["results"]["table2_rmse"]
-    latent = ["Latent ODE", "Latent ODE, window ELBO",
-              "Latent ODE, two-layer dynamics, best of 3 starts"]
+    latent = ["Latent ODE", "Latent ODE, window ELBO", "Latent ODE, two-layer dynamics"]
     assert list(table) == ["RNN", "RNN + dt"] + [
         row for label in latent for row in (label, f"{label}, z0 by MAP")] + [
         "Last observation", "Linear extrapolation"]

@@ -18,7 +18,7 @@ MODELS = ("rnn", "rnn_dt", "latent_ode", "latent_ode_elbo", "latent_ode_2l")
 LATENT_MODELS = ("latent_ode", "latent_ode_elbo", "latent_ode_2l")
 LABELS = {"rnn": "RNN", "rnn_dt": "RNN + dt", "latent_ode": "Latent ODE",
           "latent_ode_elbo": "Latent ODE, window ELBO",
-          "latent_ode_2l": "Latent ODE, two-layer dynamics, best of 3 starts"}
+          "latent_ode_2l": "Latent ODE, two-layer dynamics"}
 MAP_LABEL = "{}, z0 by MAP"  # Table 2's row of a latent model scored from map_z0
 LATENT, HIDDEN_RNN, HIDDEN_MLP = 4, 25, 20
 # Every RNN (recognition and baselines) sees x / X_SCALE and time gaps in units of the grid step,
