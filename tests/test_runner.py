@@ -27,21 +27,24 @@ def _record(**what):
     with open(os.path.join(_dir, "events.jsonl"), "a") as f:
         f.write(json.dumps(what) + "\\n")
 
+def _unit():
+    return sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else None
+
 def save(self, state):
     _save(self, state)
-    marker = os.path.join(_dir, os.path.basename(self.path) + ".killed")
-    if "--only" in sys.argv and not os.path.exists(marker):
+    marker = os.path.join(_dir, f"{_unit()}.killed")
+    if _unit() and not os.path.exists(marker):
         open(marker, "w").close()
         if os.environ["KILL_HOOK"] == "parent":
             os.kill(os.getppid(), signal.SIGKILL)
             time.sleep(2)  # the parent's death kills this process first
-            _record(unit=os.path.basename(self.path), survived_its_worker=True)
+            _record(unit=_unit(), survived_its_worker=True)
         os.kill(os.getpid(), signal.SIGKILL)
 
 def load(self, *args, **kwargs):
     state = _load(self, *args, **kwargs)
-    if state is not None and "--only" in sys.argv:
-        _record(unit=os.path.basename(self.path), step=state["step"],
+    if state is not None and _unit():
+        _record(unit=_unit(), file=os.path.basename(self.path), step=state["step"],
                 threads=[os.environ.get(v) for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
                                                      "GPU_DYNAMICS_THREADS")])
     return state
@@ -150,15 +153,18 @@ def test_executors_give_the_numbers_of_a_local_run(tmp_path, local_numbers, name
 
 @pytest.mark.slow
 def test_a_killed_unit_is_retried_from_its_checkpoint(tmp_path, local_numbers):
-    """Each spirals unit's process is killed (SIGKILL) after its first checkpoint (step 2 of 5):
-    the processes executor runs it again, from step 2 (each unit's checkpoint loaded once, at
-    step 2), and the numbers are those of one run."""
+    """Each spirals unit's process is killed (SIGKILL) after its first checkpoint (step 2 of 5;
+    a unit with random restarts: its first start's, at step 2): the processes executor runs it
+    again, from step 2 (each unit's checkpoint loaded once, at step 2), and the numbers are
+    those of one run."""
     env = with_kill_hook(tmp_path, "self")
     assert reproduce(tmp_path, "spirals", "--executor", "processes", "--workers", "2",
                      env=env) == local_numbers("spirals")
     resumed = events(tmp_path)
-    assert sorted(e["unit"] for e in resumed) == sorted(
-        f for f in os.listdir(tmp_path / "ckpt") if f.endswith(".ckpt"))
+    units, _ = runner.plan("spirals", ["--smoke"])
+    assert sorted(e["unit"] for e in resumed) == sorted(u.name for u in units)
+    assert {e["file"] for e in resumed if e["unit"].startswith("latent_ode_2l")} == {
+        f"latent_ode_2l_n{n}_seed0_start0.ckpt" for n in (30, 50, 100)}
     assert {e["step"] for e in resumed} == {2}
     assert {tuple(e["threads"]) for e in resumed} == {("1", "1", "1")}
 
@@ -171,7 +177,7 @@ def test_a_killed_ray_worker_is_replaced_and_its_unit_resumed(tmp_path, local_nu
     env = with_kill_hook(tmp_path, "parent")
     assert reproduce(tmp_path, "poisson", "--executor", "ray", "--workers", "2",
                      env=env) == local_numbers("poisson")
-    assert events(tmp_path) == [{"unit": "latent_ode.ckpt", "step": 2,
+    assert events(tmp_path) == [{"unit": "latent_ode", "file": "latent_ode.ckpt", "step": 2,
                                  "threads": ["1", "1", "1"]}]
 
 
