@@ -570,8 +570,10 @@ def test_a_pilot_trains_its_own_unit_from_table2s_draws_and_leaves_table2_alone(
     record = dict(json.loads(before), folder=str(tmp_path / "g"))
     text = pilots(record)
     assert "two_layer_dynamics" in text and "unchanged" in text
-    x, noisy = r["rmse_clean"], r["rmse_noisy"]
-    assert f"| unchanged | 30 | 0 | {x:.3f} ({noisy:.3f}) | {x:.3f} | {x:.3f} ({x:.3f}) |" in text
+    x, noisy, by_map = r["rmse_clean"], r["rmse_noisy"], same["by_n"]["30"]["map_z0"]["rmse_clean"]
+    assert by_map == table["Latent ODE, z0 by MAP"]["30"]["rmse_clean_seeds"][0] != x
+    assert (f"| unchanged | 30 | 0 | {x:.3f} ({noisy:.3f}) | {x:.3f} | {by_map:.3f} | "
+            f"{x:.3f} ({x:.3f}) |") in text
     assert r["last_iterate"]["rmse_clean"] > 0
     # a second seed trained (--seeds) is then evaluated by default beside the first, and the
     # unchanged pilot's cell is Table 2's cell of the same two seeds, mean, sd and all
@@ -592,7 +594,8 @@ def test_a_pilot_trains_its_own_unit_from_table2s_draws_and_leaves_table2_alone(
     text = pilots(record)
     m, sd, (a, b) = cell["rmse_clean"], cell["rmse_clean_sd"], cell["rmse_clean_seeds"]
     assert (f"| unchanged | 30 | 0 1 | {m:.3f} ± {sd:.3f} ({cell['rmse_noisy']:.3f}) | "
-            f"{a:.3f}, {b:.3f} | {(a + b) / 2:.3f} ({a:.3f}, {b:.3f}) |") in text
+            f"{a:.3f}, {b:.3f} | {cell['map_z0']['rmse_clean']:.3f} | "
+            f"{(a + b) / 2:.3f} ({a:.3f}, {b:.3f}) |") in text
     # the seeds' spread quoted beside the pilots is the record's, not a number in the code
     assert f"sample sd of {table['Latent ODE']['30']['rmse_clean_sd']:.3f} at n = 30" in text
     # a pilot's checkpoint refuses other settings, its architecture included
