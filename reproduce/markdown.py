@@ -2,6 +2,7 @@
 numbers, run lines and figure links."""
 import json
 import os
+import re
 
 from reproduce.common import ROOT
 
@@ -63,8 +64,10 @@ def duration_text(record, trained=0.0):
 
 
 def duration_row(name, record, trained=0.0):
-    """A row of the README's durations table."""
-    return [name, record["mode"], f"`{record['command']}`", record.get("date", "?")[:10],
+    """A row of the README's durations table; the command without its --checkpoint-dir (where
+    a run kept its checkpoints changes nothing it computes; figures/RESULTS.md has it)."""
+    command = re.sub(r" --checkpoint-dir(=| )\S+", "", record["command"])
+    return [name, record["mode"], f"`{command}`", record.get("date", "?")[:10],
             duration_text(record, trained)]
 
 

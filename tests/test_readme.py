@@ -32,3 +32,13 @@ def test_readme_links_point_at_files():
     for target in re.findall(r"\]\(([^)#]+)\)", _readme()):
         if "://" not in target:
             assert os.path.exists(os.path.join(ROOT, target)), target
+
+
+def test_durations_table_leaves_out_only_the_checkpoint_dir():
+    from reproduce.markdown import duration_row
+    record = {"mode": "quick", "date": "2026-12-02T10:00", "duration_s": 60.0,
+              "command": "python -m reproduce cnf --quick --checkpoint-dir /tmp/x/ckpt --seed 3"}
+    row = duration_row("cnf", record)
+    assert row[2] == "`python -m reproduce cnf --quick --seed 3`"
+    record["command"] = "python -m reproduce cnf --quick --checkpoint-dir=/tmp/y"
+    assert duration_row("cnf", record)[2] == "`python -m reproduce cnf --quick`"
