@@ -245,17 +245,25 @@ def train(run, key, init, loss_and_grad, n_iters, lr, ckpt_every, seed=None, lr_
 
 def training_summary(state):
     """Iterations, time and mean NFE per iteration of a `train` state (the means over every
-    step, also for final weights whose kept curve is thinned)."""
+    step, also for final weights whose kept curve is thinned). With restarts, seconds_total
+    includes the starts that were dropped, so the time per iteration counts their steps too
+    (restart_iterations), and start_chosen is the start that went on."""
     history, means = state["history"], state.get("history_means") or {}
 
     def mean(key):
         return means.get(key, float(np.mean(history[key])) if history[key] else None)
 
-    steps = state["step"]
-    return {"iterations": steps, "seconds_total": float(state["seconds"]),
-            "seconds_per_iteration": state["seconds"] / steps if steps else None,
-            "nfe_forward_per_iteration": mean("nfe_f"), "nfe_backward_per_iteration": mean("nfe_b"),
-            "final_loss": history["loss"][-1] if history["loss"] else None}
+    steps, starts = state["step"], state.get("starts") or []
+    dropped = sum(s["step"] for s in starts[1:])  # every start but one stopped at its step
+    summary = {"iterations": steps, "seconds_total": float(state["seconds"]),
+               "seconds_per_iteration": state["seconds"] / (steps + dropped) if steps else None,
+               "nfe_forward_per_iteration": mean("nfe_f"),
+               "nfe_backward_per_iteration": mean("nfe_b"),
+               "final_loss": history["loss"][-1] if history["loss"] else None}
+    if starts:
+        summary.update(restart_iterations=dropped, start_chosen=min(
+            starts, key=lambda s: (s["validation_score"], s["start"]))["start"])
+    return summary
 
 
 def add_solver_args(parser):

@@ -66,7 +66,7 @@ def duration_text(record, trained=0.0):
 def duration_row(name, record, trained=0.0):
     """A row of the README's durations table; the command without its --checkpoint-dir (where
     a run kept its checkpoints changes nothing it computes; figures/RESULTS.md has it)."""
-    command = re.sub(r" --checkpoint-dir(=| )\S+", "", record["command"])
+    command = re.sub(r" --checkpoint-dir(=| )('[^']*'|\S+)", "", record["command"])
     return [name, record["mode"], f"`{command}`", record.get("date", "?")[:10],
             duration_text(record, trained)]
 

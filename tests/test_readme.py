@@ -42,3 +42,5 @@ def test_durations_table_leaves_out_only_the_checkpoint_dir():
     assert row[2] == "`python -m reproduce cnf --quick --seed 3`"
     record["command"] = "python -m reproduce cnf --quick --checkpoint-dir=/tmp/y"
     assert duration_row("cnf", record)[2] == "`python -m reproduce cnf --quick`"
+    record["command"] = "python -m reproduce cnf --checkpoint-dir '/tmp/a b/c' --quick"
+    assert duration_row("cnf", record)[2] == "`python -m reproduce cnf --quick`"

@@ -2,6 +2,7 @@
 direct Monte Carlo computation, the union-of-times solve against per-series solves, the
 hand-written VJPs against autograd), the RNN baselines, and the run itself (--smoke, --resume)."""
 import json
+import re
 
 import autograd.numpy as anp
 import numpy as np
@@ -415,7 +416,7 @@ def test_smoke_run_writes_results_and_resume_gives_the_same_numbers(tmp_path):
     assert _run(tmp_path, "whole") == 0
     record = json.loads((tmp_path / "whole" / "results.json").read_text())
     table = record["results"]["table2_rmse"]
-    latent = ["Latent ODE", "Latent ODE, window ELBO", "Latent ODE, two-layer dynamics"]
+    latent = ["Latent ODE", "Latent ODE, window ELBO", "Latent ODE, two-layer dynamics, restarts"]
     assert list(table) == ["RNN", "RNN + dt"] + [
         row for label in latent for row in (label, f"{label}, z0 by MAP")] + [
         "Last observation", "Linear extrapolation"]
@@ -425,6 +426,13 @@ def test_smoke_run_writes_results_and_resume_gives_the_same_numbers(tmp_path):
             assert cell["rmse_noisy"] > 0 and cell["rmse_clean"] > 0
             assert cell["rmse_clean"] == np.mean(cell["rmse_clean_seeds"])
     assert "spirals" in record["choices"] and "noise" in record["choices"]
+    for label in latent:  # each MAP cell says how its fits stopped, and the report tells
+        for cell in table[f"{label}, z0 by MAP"].values():
+            assert [set(f) >= {"converged", "iterations", "maxiter", "max_abs_gradient"}
+                    for f in cell["lbfgs_seeds"]] == [True] * len(cell["seeds"])
+    from reproduce.spirals.report import map_convergence
+    fits = sum(len(c["seeds"]) for label in latent for c in table[f"{label}, z0 by MAP"].values())
+    assert re.search(rf"convergence test in \d+ of {fits}\b", map_convergence(record))
     for f in ("fig9.png", "fig10.png", "training.png"):
         assert (tmp_path / "whole" / f).stat().st_size > 10_000
     # killed in the middle of the first latent ODE (after 5 + 5 + 3 iterations; its last
@@ -638,10 +646,18 @@ def test_map_z0_is_the_posterior_mode_between_the_data_and_the_prior():
     vague = SM.fit_z0(params, start, t, index, target, solver, 300, noise_std=1e3)
     assert np.max(np.abs(vague)) < 1e-3
     # in between: a stationary point of the negative log posterior that beats its start
-    mid = SM.fit_z0(params, start, t, index, target, solver, 300, noise_std=0.3)
+    info = {}
+    mid = SM.fit_z0(params, start, t, index, target, solver, 300, noise_std=0.3, info=info)
     assert neg_log_post(mid, 0.3) < neg_log_post(start, 0.3)
     g = grad(lambda z: neg_log_post(z, 0.3))(mid)
     assert np.max(np.abs(g)) < 3e-2 * np.max(np.abs(grad(lambda z: neg_log_post(z, 0.3))(start)))
+    # info: how L-BFGS stopped (converged here; not after a single iteration, whose gradient
+    # is still far from 0)
+    assert info["converged"] and 0 < info["iterations"] <= info["maxiter"] == 300
+    capped = {}
+    SM.fit_z0(params, start, t, index, target, solver, 1, noise_std=0.3, info=capped)
+    assert not capped["converged"] and capped["iterations"] == 1
+    assert capped["max_abs_gradient"] > info["max_abs_gradient"]
     assert misfit(sharp) < misfit(mid) < misfit(vague)
     assert np.sum(vague ** 2) < np.sum(mid ** 2) < np.sum(sharp ** 2)  # the prior's pull
 
@@ -655,8 +671,8 @@ def test_restarts_go_on_with_the_start_that_validates_best_and_resume_exactly(tm
         noise = 0.1 * rng.randn(3)  # uses the unit's generator, as minibatches do
         return float(np.sum((p["w"] - target) ** 2)), {"w": 2 * (p["w"] - target) + noise}
 
-    def validate(p):
-        return float(np.sum((p["w"] - target) ** 2))
+    def validate(p):  # not the training loss: the choice must follow validation
+        return float(np.sum((p["w"] + target) ** 2))
 
     def go(folder, key="toy", *flags, **kw):
         run = Run("toy", ["--smoke", "--checkpoint-dir", str(tmp_path / folder), *flags])
@@ -674,7 +690,12 @@ def test_restarts_go_on_with_the_start_that_validates_best_and_resume_exactly(tm
     for j, p in enumerate(plain):
         assert [v["score"] for v in p["validation"] if v["step"] == 4] == [scores[j]]
     best = int(np.argmin(scores))
+    assert best != int(np.argmin([p["history"]["loss"][3] for p in plain]))
     np.testing.assert_array_equal(state["params"]["w"], plain[best]["params"]["w"])
+    from reproduce.latent import training_summary
+    summary = training_summary(state)  # the dropped starts' steps count in the time per step
+    assert summary["start_chosen"] == best and summary["restart_iterations"] == 8
+    assert summary["seconds_per_iteration"] == pytest.approx(state["seconds"] / 18)
     assert state["step"] == 10 and len(state["history"]["loss"]) == 10
     assert state["history"]["loss"] == plain[best]["history"]["loss"]
     # killed inside the second start, then inside the main unit: resumed to the same numbers
@@ -686,6 +707,13 @@ def test_restarts_go_on_with_the_start_that_validates_best_and_resume_exactly(tm
     resumed = go("b", "toy", "--resume")
     np.testing.assert_array_equal(resumed["params"]["w"], state["params"]["w"])
     assert resumed["starts"] == state["starts"]
+    assert resumed["history"]["loss"] == state["history"]["loss"]
+    # killed one step into the main unit, before its first checkpoint: the same numbers too
+    with pytest.raises(KeyboardInterrupt):
+        go("d", "toy", "--resume", "--stop-after", "13")
+    assert Checkpoint(str(tmp_path / "d" / "toy.ckpt")).load() is None
+    resumed = go("d", "toy", "--resume")
+    np.testing.assert_array_equal(resumed["params"]["w"], state["params"]["w"])
     assert resumed["history"]["loss"] == state["history"]["loss"]
     with pytest.raises(ValueError, match="start_iters"):
         go("c", start_iters=10)

@@ -18,7 +18,7 @@ MODELS = ("rnn", "rnn_dt", "latent_ode", "latent_ode_elbo", "latent_ode_2l")
 LATENT_MODELS = ("latent_ode", "latent_ode_elbo", "latent_ode_2l")
 LABELS = {"rnn": "RNN", "rnn_dt": "RNN + dt", "latent_ode": "Latent ODE",
           "latent_ode_elbo": "Latent ODE, window ELBO",
-          "latent_ode_2l": "Latent ODE, two-layer dynamics"}
+          "latent_ode_2l": "Latent ODE, two-layer dynamics, restarts"}
 MAP_LABEL = "{}, z0 by MAP"  # Table 2's row of a latent model scored from map_z0
 LATENT, HIDDEN_RNN, HIDDEN_MLP = 4, 25, 20
 # Every RNN (recognition and baselines) sees x / X_SCALE and time gaps in units of the grid step,
@@ -71,13 +71,15 @@ def latent_ode_predict(params, xs, times, t_grid, solver, eps=None):
     return decode(params, mu if eps is None else sample_z0(mu, logvar, eps), t_grid, solver)
 
 
-def fit_z0(params, z_init, t_grid, index, target, solver, maxiter, noise_std=None):
+def fit_z0(params, z_init, t_grid, index, target, solver, maxiter, noise_std=None, info=None):
     """The z0 (B, LATENT) whose decoded path at the times t_grid[index] (index (B, k)) fits
     target (B, k, 2) best: in least squares, or with noise_std the posterior mode under the
     model (the squared error / (2 noise_std^2) plus the prior's |z0|^2 / 2); L-BFGS from z_init
     for at most maxiter iterations, gradients by the adjoint. It tells what the trained dynamics
     and decoder can do when z0 is inferred as well as these points allow, whatever the
-    recognition network does."""
+    recognition network does. info (a dict), if given, gets how L-BFGS stopped: whether its
+    convergence test passed, its iterations and message, and the largest |gradient| entry
+    (the objective is a sum over the spirals, so each spiral's is at most that)."""
     index = np.asarray(index)
     grid, rows = t_grid[:index.max() + 1], np.arange(len(index))[:, None]
     weight = 1.0 if noise_std is None else 0.5 / noise_std ** 2
@@ -96,17 +98,20 @@ def fit_z0(params, z_init, t_grid, index, target, solver, maxiter, noise_std=Non
 
     fit = minimize(fun, np.ravel(z_init).astype(float), jac=True, method="L-BFGS-B",
                    options={"maxiter": maxiter})
+    if info is not None:
+        info.update(converged=bool(fit.success), iterations=int(fit.nit), maxiter=maxiter,
+                    message=str(fit.message), max_abs_gradient=float(np.max(np.abs(fit.jac))))
     return fit.x.reshape(np.shape(z_init))
 
 
-def map_z0(params, data, n, rows, solver, maxiter):
+def map_z0(params, data, n, rows, solver, maxiter, info=None):
     """The posterior mode of z0 of each given spiral from its n noisy observations (fit_z0 with
     the data noise, from the recognition network's mean): inference without the amortisation
     gap of the recognition network, from the same observations."""
     xs, times = observed(data, n, rows)
     mu = np.asarray(posterior(params, xs, times)[0])
     return fit_z0(params, mu, data["t"], data["obs_idx"][n][rows], xs, solver, maxiter,
-                  noise_std=SPIRAL["noise_std"])
+                  noise_std=SPIRAL["noise_std"], info=info)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -326,10 +331,12 @@ def evaluate(model, params, data, n, solver, seed, step=None, refine=None):
         log_px, kl = elbo_terms(params, xs, times, eps, solver)
         result["test_elbo"] = float(np.mean(log_px - kl))
         if refine is not None:
-            z0 = map_z0(params, data, n, rows, refine["solver"], refine["maxiter"])
+            lbfgs = {}
+            z0 = map_z0(params, data, n, rows, refine["solver"], refine["maxiter"], lbfgs)
             path = decode(params, z0, data["t"], solver)[0]
             result["map_z0"] = extrapolation_scores(
                 path[:, w:], (path[:, :w], data["clean"][rows, :w]), data, rows)
+            result["map_z0"]["lbfgs"] = lbfgs
     elif model in ("rnn", "rnn_dt"):
         result["test_nll"] = float(rnn_nll(params, xs, times, model == "rnn_dt"))
     return result

@@ -47,6 +47,25 @@ def table2(record, compact=False):
     return table(["model"] + [f"{n}/100 observations" for n in ns], rows)
 
 
+def map_convergence(record):
+    """How the L-BFGS fits of the MAP rows' cells stopped (nothing for results without them)."""
+    fits = [f for entry in record["results"]["table2_rmse"].values()
+            for cell in entry.values() for f in cell.get("lbfgs_seeds", [])]
+    if not fits:
+        return ""
+    done = sum(f["converged"] for f in fits)
+    text = (f" The MAP fits (one L-BFGS per model over its test spirals) met L-BFGS's "
+            f"convergence test in {done} of {len(fits)}")
+    others = [f for f in fits if not f["converged"]]
+    if others:
+        steps = sorted(f["iterations"] for f in others)
+        messages = "; ".join(sorted({f"'{f['message']}'" for f in others}))
+        text += (f"; the others stopped with {messages} after {steps[0]}-{steps[-1]} "
+                 "iterations, largest |gradient| entry "
+                 f"{fmt(max(f['max_abs_gradient'] for f in others))}")
+    return text + "."
+
+
 def unfinished_note(entry):
     """What a Table 2 cell says of its seeds that have not finished training (nothing if all
     have): the mean is over the finished ones, or over all of them if none has finished."""
@@ -203,14 +222,15 @@ def section(runs):
         "Latent ODE: the paper's model trained to extrapolate (its recognition network reads "
         "the observations up to a random cut of the window, the likelihood scores them all); "
         "Latent ODE, window ELBO: the paper's objective (everything read and scored), one seed; "
-        "Latent ODE, two-layer dynamics: the 'Latent ODE' with the dynamics of the authors' "
-        "public example (two hidden layers) and random restarts (a few starts trained for the "
-        "first steps of the schedule, the one with the best validation RMSE goes on; see the "
-        "choices below). Each latent row predicts "
-        "from z0 = the recognition network's posterior mean, as the paper's model does; its "
-        "'z0 by MAP' row is the same trained model predicting from the posterior mode of z0 "
-        "given the same observations (found by L-BFGS from that mean under the model's own "
-        "prior and likelihood), which removes the recognition network's amortisation gap.",
+        "Latent ODE, two-layer dynamics, restarts: the 'Latent ODE' with the dynamics of the "
+        "authors' public example (two hidden layers) and random restarts (a few starts trained "
+        "for the first steps of the schedule, the one with the best validation RMSE goes on; "
+        "see the choices below). Each latent row predicts from z0 = the recognition network's "
+        "posterior mean, as the paper's model does; its 'z0 by MAP' row is the same trained "
+        "model predicting from the posterior mode of z0 given the same observations (found by "
+        "L-BFGS from that mean under the model's own prior and likelihood), which removes the "
+        "recognition network's amortisation gap."
+        + map_convergence(record),
         table2(record),
         by_direction(record),
         by_horizon(record),
