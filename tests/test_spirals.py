@@ -717,3 +717,21 @@ def test_restarts_go_on_with_the_start_that_validates_best_and_resume_exactly(tm
     assert resumed["history"]["loss"] == state["history"]["loss"]
     with pytest.raises(ValueError, match="start_iters"):
         go("c", start_iters=10)
+
+
+def test_map_convergence_counts_the_fits_and_names_how_the_others_stopped():
+    from reproduce.spirals.report import map_convergence
+
+    def fit(converged, iterations, message):
+        return dict(converged=converged, iterations=iterations, message=message,
+                    max_abs_gradient=float(iterations))
+
+    cells = {"30": {"lbfgs_seeds": [fit(True, 200, "CONVERGENCE: REL"),
+                                    fit(False, 274, "ABNORMAL: ")]},
+             "50": {"lbfgs_seeds": [fit(False, 1000, "STOP: TOTAL NO. OF ITERATIONS")]},
+             "100": {}}
+    text = map_convergence({"results": {"table2_rmse": {"Latent ODE": cells}}})
+    assert "convergence test in 1 of 3; the others stopped with 'ABNORMAL' (its line search " \
+           "failed); 'STOP: TOTAL NO. OF ITERATIONS' after 274-1000 iterations" in text
+    assert text.endswith("largest |gradient| entry 1,000.")
+    assert map_convergence({"results": {"table2_rmse": {"RNN": {"30": {}}}}}) == ""

@@ -269,7 +269,9 @@ def train_unit(run, cfg, data, solver, model, n, seed, pilot=None):
                  starts=hyper.get("starts", 1), start_iters=cfg["start_iters"])
 
 
-FIT_ITERS = {"smoke": 5, "quick": 100, "full": 300}  # L-BFGS iterations of inference_gap's fits
+# the most L-BFGS iterations of a z0 fit (MAP rows, pilots, inference_gap); full: room for the
+# fits to stop by their own tests (the results record how each stopped)
+FIT_ITERS = {"smoke": 5, "quick": 100, "full": 1000}
 
 
 def inference_gap(params, data, n, solver, fit_solver, maxiter):

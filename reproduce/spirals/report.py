@@ -58,11 +58,12 @@ def map_convergence(record):
             f"convergence test in {done} of {len(fits)}")
     others = [f for f in fits if not f["converged"]]
     if others:
-        steps = sorted(f["iterations"] for f in others)
-        messages = "; ".join(sorted({f"'{f['message']}'" for f in others}))
-        text += (f"; the others stopped with {messages} after {steps[0]}-{steps[-1]} "
-                 "iterations, largest |gradient| entry "
-                 f"{fmt(max(f['max_abs_gradient'] for f in others))}")
+        steps = sorted({f["iterations"] for f in others})
+        messages = "; ".join(f"'{m}'" + (" (its line search failed)" if m == "ABNORMAL" else "")
+                             for m in sorted({f["message"].rstrip(": ") for f in others}))
+        text += (f"; {'the other' if len(others) == 1 else 'the others'} stopped with {messages} "
+                 f"after {'-'.join(map(str, steps[::len(steps) - 1 or 1]))} iterations, largest "
+                 f"|gradient| entry {fmt(max(f['max_abs_gradient'] for f in others))}")
     return text + "."
 
 
