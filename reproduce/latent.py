@@ -230,17 +230,25 @@ def train(run, key, init, loss_and_grad, n_iters, lr, ckpt_every, seed=None, lr_
             rng = model_rng(seed, (rng_key or key) + suffix)
             state = run_fit(f"{key}_start{j}", rng, stop_at=start_iters)
             tried.append((state["validation"][-1]["score"], j, state))
-        score, j, state = min(tried, key=lambda c: c[:2])
+        starts_tried = [{"start": i, "validation_score": s, "step": start_iters}
+                        for s, i, _ in tried]
+        j = chosen_start(starts_tried)
+        state = tried[j][2]
         records = run.log(f"{key}_start{j}").read(state["log_size"])
         state = {k: v for k, v in state.items() if k not in ("history", "config", "log_size")}
         state["log_records"] = records
         state["seconds"] = sum(c[2]["seconds"] for c in tried)
-        state["starts"] = [{"start": i, "validation_score": s, "step": start_iters}
-                           for s, i, _ in tried]
+        state["starts"] = starts_tried
         return state
 
     return run_fit(key, model_rng(seed, rng_key or key),
                    initial=best_start if starts > 1 else None)
+
+
+def chosen_start(starts):
+    """The start that goes on among a unit's random restarts (state["starts"]): the lowest
+    validation score, the first start on a tie."""
+    return min(starts, key=lambda s: (s["validation_score"], s["start"]))["start"]
 
 
 def training_summary(state):
@@ -254,15 +262,15 @@ def training_summary(state):
         return means.get(key, float(np.mean(history[key])) if history[key] else None)
 
     steps, starts = state["step"], state.get("starts") or []
-    dropped = sum(s["step"] for s in starts[1:])  # every start but one stopped at its step
+    chosen = chosen_start(starts) if starts else None
+    dropped = sum(s["step"] for s in starts if s["start"] != chosen)
     summary = {"iterations": steps, "seconds_total": float(state["seconds"]),
                "seconds_per_iteration": state["seconds"] / (steps + dropped) if steps else None,
                "nfe_forward_per_iteration": mean("nfe_f"),
                "nfe_backward_per_iteration": mean("nfe_b"),
                "final_loss": history["loss"][-1] if history["loss"] else None}
     if starts:
-        summary.update(restart_iterations=dropped, start_chosen=min(
-            starts, key=lambda s: (s["validation_score"], s["start"]))["start"])
+        summary.update(restart_iterations=dropped, start_chosen=chosen)
     return summary
 
 

@@ -453,16 +453,16 @@ def main(argv=None):
     if run.args.pilot:
         return pilots(run, cfg, data, solver, eval_solver)
     states, per_seed = {}, {}
+    table2_run = not run.partial and chosen is None  # else it trains units and stops
     for key in todo:
         model, n, seed = grid[key]
         step = mean_gap(observed(data, n, data["train"])[1])
         state = states[model, n, seed] = train_unit(run, cfg, data, solver, model, n, seed)
         result = per_seed[model, n, seed] = evaluate_unit(  # MAP only where Table 2 uses it
-            model, state, data, n, eval_solver, seed, step,
-            None if run.partial or chosen is not None else refine)
+            model, state, data, n, eval_solver, seed, step, refine if table2_run else None)
         print(f"spirals: {LABELS[model]:10s} n = {n:3d} seed {seed}: " + ", ".join(
             f"{k} {v:.4f}" for k, v in result.items() if isinstance(v, float)), flush=True)
-    if run.partial or chosen is not None:
+    if not table2_run:
         print(f"spirals: trained {', '.join(todo)}; checkpoints in {run.ckpt_dir}")
         return 0
 

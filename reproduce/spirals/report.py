@@ -59,10 +59,11 @@ def map_convergence(record):
     others = [f for f in fits if not f["converged"]]
     if others:
         steps = sorted({f["iterations"] for f in others})
+        steps = f"{steps[0]}" if len(steps) == 1 else f"{steps[0]}-{steps[-1]}"
         messages = "; ".join(f"'{m}'" + (" (its line search failed)" if m == "ABNORMAL" else "")
                              for m in sorted({f["message"].rstrip(": ") for f in others}))
         text += (f"; {'the other' if len(others) == 1 else 'the others'} stopped with {messages} "
-                 f"after {'-'.join(map(str, steps[::len(steps) - 1 or 1]))} iterations, largest "
+                 f"after {steps} iterations, largest "
                  f"|gradient| entry {fmt(max(f['max_abs_gradient'] for f in others))}")
     return text + "."
 
