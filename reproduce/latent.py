@@ -115,8 +115,28 @@ def init_rnn(rng, n_in, n_hidden, n_out):
     return {"Wh": Wh, "bh": bh, "Wo": Wo, "bo": bo}
 
 
+def init_gru(rng, n_in, n_hidden, n_out):
+    """A GRU (update gate u, reset gate r): h' = (1 - u) h + u tanh([x, r h] Wh + bh), u and r
+    sigmoids of [x, h] Wu + bu and [x, h] Wr + br; the same linear read-out as init_rnn."""
+    p = init_rnn(rng, n_in, n_hidden, n_out)
+    for gate in "ur":
+        p["W" + gate], p["b" + gate] = linear_init(rng, n_in + n_hidden, n_hidden)
+    return p
+
+
+def _sigmoid(x):
+    return 0.5 * (anp.tanh(0.5 * x) + 1.0)
+
+
 def rnn_step(p, h, x):
-    return anp.tanh(anp.dot(anp.concatenate([x, h], axis=-1), p["Wh"]) + p["bh"])
+    """One step of the vanilla RNN (init_rnn) or of the GRU (init_gru), by the parameters."""
+    xh = anp.concatenate([x, h], axis=-1)
+    if "Wu" not in p:
+        return anp.tanh(anp.dot(xh, p["Wh"]) + p["bh"])
+    u = _sigmoid(anp.dot(xh, p["Wu"]) + p["bu"])
+    r = _sigmoid(anp.dot(xh, p["Wr"]) + p["br"])
+    candidate = anp.tanh(anp.dot(anp.concatenate([x, r * h], axis=-1), p["Wh"]) + p["bh"])
+    return (1.0 - u) * h + u * candidate
 
 
 def time_gaps(t0, times):

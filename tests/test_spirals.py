@@ -15,8 +15,8 @@ from odeint_autograd import odeint
 from reproduce import spirals as S
 from reproduce.spirals import data as SD
 from reproduce.spirals import models as SM
-from reproduce.latent import (MLPDynamics, encode, init_mlp, init_rnn, mlp, mlp_vjp,
-                              solve_union, time_gaps, union_times)
+from reproduce.latent import (MLPDynamics, encode, init_gru, init_mlp, init_rnn, mlp, mlp_vjp,
+                              rnn_step, solve_union, time_gaps, union_times)
 
 TIGHT = dict(method="adams", rtol=1e-10, atol=1e-10)
 
@@ -202,6 +202,30 @@ def test_encoder_mask_ignores_padding():
     np.testing.assert_allclose(mu2, mu)
     np.testing.assert_allclose(logvar2, logvar)
     np.testing.assert_allclose(time_gaps(0.0, times), [[0.1, 0.3, 0.1, 0.4]])
+
+
+def test_gru_with_open_gates_is_the_vanilla_rnn_and_with_a_shut_update_gate_keeps_its_state():
+    rng = np.random.RandomState(8)
+    p = init_gru(rng, 3, 25, 8)
+    vanilla = {k: p[k] for k in ("Wh", "bh", "Wo", "bo")}
+    h, x = np.tanh(rng.randn(5, 25)), rng.randn(5, 3)
+    assert set(p) == set(init_rnn(rng, 3, 25, 8)) | {"Wu", "bu", "Wr", "br"}
+    assert not np.allclose(rnn_step(p, h, x), rnn_step(vanilla, h, x))
+    open_gates = dict(p, bu=np.full(25, 60.0), br=np.full(25, 60.0))
+    np.testing.assert_allclose(rnn_step(open_gates, h, x), rnn_step(vanilla, h, x), atol=1e-12)
+    shut = dict(p, bu=np.full(25, -60.0))
+    np.testing.assert_allclose(rnn_step(shut, h, x), h, atol=1e-12)
+    # the gates' gradients by autograd against central differences, through a whole encoding
+    xs, times = rng.randn(2, 6, 2), np.sort(rng.uniform(0, 2, (2, 6)), axis=1)
+    gaps = time_gaps(0.0, times)
+
+    def f(bu):
+        mu, logvar = encode(dict(p, bu=bu), xs, gaps)
+        return anp.sum(mu ** 2) + anp.sum(anp.sin(logvar))
+
+    g, e = grad(f)(p["bu"]), 1e-6
+    fd = [(f(p["bu"] + e * d) - f(p["bu"] - e * d)) / (2 * e) for d in np.eye(25)]
+    np.testing.assert_allclose(g, fd, rtol=1e-6, atol=1e-8)
 
 
 def test_elbo_against_direct_monte_carlo():
@@ -552,11 +576,26 @@ def test_a_pilot_trains_its_own_unit_from_table2s_draws_and_leaves_table2_alone(
     monkeypatch.setitem(SE.PILOTS, "unchanged", {"overrides": {"encode_cut": 0.5},
                                                  "about": "Table 2's settings",
                                                  "shares": "every draw"})
+    monkeypatch.setitem(SE.PILOTS, "unchanged_2l", {"model": "latent_ode_2l",
+                                                    "overrides": {"encode_cut": 0.5},
+                                                    "about": "Table 2's settings",
+                                                    "shares": "every draw"})
     assert _run(tmp_path, "g", "--seeds", "0", "1") == 0
     before = (tmp_path / "g" / "results.json").read_text()
     table = json.loads(before)["results"]["table2_rmse"]
-    assert _run(tmp_path, "g", "--resume", "--pilot", "unchanged", "two_layer_dynamics") == 0
+    assert _run(tmp_path, "g", "--resume", "--pilot", "unchanged", "two_layer_dynamics",
+                "unchanged_2l", "gru_encoder") == 0
     assert (tmp_path / "g" / "results.json").read_text() == before
+    # a pilot of another Table 2 model retraces that model's unit, restarts and all
+    same_2l = json.loads((tmp_path / "g" / "pilot_unchanged_2l.json").read_text())["results"]
+    label_2l = SM.LABELS["latent_ode_2l"]
+    assert same_2l["base"] == label_2l
+    assert same_2l["by_n"]["30"]["rmse_clean"] == table[label_2l]["30"]["rmse_clean_seeds"][0]
+    assert same_2l["by_n"]["30"]["by_seed"]["0"]["table2_unit"] == "latent_ode_2l_n30_seed0"
+    gru = Checkpoint(str(tmp_path / "g_ckpt" / "final" / "pilot_gru_encoder_n30_seed0.ckpt")
+                     ).load()
+    assert gru["config"]["encoder"] == "gru" and len(gru["starts"]) == 3
+    assert {"Wu", "Wr"} <= set(gru["params"]["rec"]) and gru["params"]["dyn"]["W3"].shape == (20, 4)
     same = json.loads((tmp_path / "g" / "pilot_unchanged.json").read_text())["results"]
     assert list(same["by_n"]) == ["30"]
     cell = same["by_n"]["30"]
@@ -578,6 +617,9 @@ def test_a_pilot_trains_its_own_unit_from_table2s_draws_and_leaves_table2_alone(
     record = dict(json.loads(before), folder=str(tmp_path / "g"))
     text = pilots(record)
     assert "two_layer_dynamics" in text and "unchanged" in text
+    assert f"unchanged_2l, a change to Table 2's {label_2l}:" in text
+    x2l = same_2l["by_n"]["30"]["rmse_clean"]
+    assert f"{x2l:.3f} ({x2l:.3f}) |" in text  # beside its own model's unit
     x, noisy, by_map = r["rmse_clean"], r["rmse_noisy"], same["by_n"]["30"]["map_z0"]["rmse_clean"]
     assert by_map == table["Latent ODE, z0 by MAP"]["30"]["rmse_clean_seeds"][0] != x
     assert (f"| unchanged | 30 | 0 | {x:.3f} ({noisy:.3f}) | {x:.3f} | {by_map:.3f} | "
@@ -605,7 +647,8 @@ def test_a_pilot_trains_its_own_unit_from_table2s_draws_and_leaves_table2_alone(
             f"{a:.3f}, {b:.3f} | {cell['map_z0']['rmse_clean']:.3f} | "
             f"{(a + b) / 2:.3f} ({a:.3f}, {b:.3f}) |") in text
     # the seeds' spread quoted beside the pilots is the record's, not a number in the code
-    assert f"sample sd of {table['Latent ODE']['30']['rmse_clean_sd']:.3f} at n = 30" in text
+    assert (f"sample sd of {table['Latent ODE']['30']['rmse_clean_sd']:.3f} (Latent ODE, n = 30)"
+            in text)
     # a pilot's checkpoint refuses other settings, its architecture included
     monkeypatch.setitem(SE.PILOTS, "two_layer_dynamics", {"overrides": {"dyn_hidden": [20, 9]},
                                                           "about": "changed", "shares": "some"})

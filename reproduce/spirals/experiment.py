@@ -65,10 +65,11 @@ SETTINGS = {
                             latent_ode_2l=20000),
                  tol=1e-5, ckpt_every=250, validate_every=250, start_iters=1500),
 }
-# Candidate changes to Table 2's latent ODE, each trained by --pilot as its own units (per seed,
-# n = 30 unless --train-only-n says otherwise) beside Table 2, which they leave alone.
-# Everything else is the latent ODE's training, from the generator of Table 2's unit of that seed
-# and n ("shares": which of that unit's random draws the pilot's then are).
+# Candidate changes to one of Table 2's latent ODEs ("model", latent_ode if not given), each
+# trained by --pilot as its own units (per seed, n = 30 unless --train-only-n says otherwise)
+# beside Table 2, which they leave alone. Everything else is that model's training, from the
+# generator of Table 2's unit of that model, seed and n ("shares": which of that unit's random
+# draws the pilot's then are).
 PILOTS = {
     "two_layer_dynamics": {
         "overrides": {"dyn_hidden": [HIDDEN_MLP, HIDDEN_MLP]},
@@ -83,6 +84,14 @@ PILOTS = {
                  "z0 to carry a series up to 80 points past what was read",
         "shares": "every draw: Table 2's initial parameters, minibatches, posterior samples and "
                   "encoder cuts (only the cut's range differs)"},
+    "gru_encoder": {
+        "model": "latent_ode_2l",
+        "overrides": {"encoder": "gru"},
+        "about": f"the recognition network a GRU with {HIDDEN_RNN} hidden units (the paper: 'an "
+                 "RNN with 25 hidden units'; the authors' public example: a vanilla tanh RNN)",
+        "shares": "each start's draws of the vanilla RNN's weights (the GRU's candidate layer "
+                  "and read-out); its gates, the dynamics and decoder and the training noise "
+                  "differ"},
 }
 # The backward solve's method: its step size carries across output times. On a training gradient
 # at the training tolerance (benchmarks/spirals_adjoint.py) rkf23 gives the gradient dopri5 gives
@@ -201,8 +210,9 @@ def add_args(parser):
                              "latent ODE extrapolating from z0 fitted to the test points "
                              "(minutes per n; see inference_gap)")
     parser.add_argument("--pilot", nargs="+", choices=list(PILOTS), default=None,
-                        help="instead of Table 2, train (or, with --resume, continue) the latent "
-                             "ODE with these candidate changes at n = 30 (or --train-only-n), "
+                        help="instead of Table 2, train (or, with --resume, continue) a latent "
+                             "ODE of Table 2 with these candidate changes at n = 30 (or "
+                             "--train-only-n), "
                              "for --seeds (default: the first seed and every seed already "
                              "trained), and write pilot_NAME.json: its scores and inference "
                              "gap (see PILOTS)")
@@ -251,7 +261,8 @@ def train_unit(run, cfg, data, solver, model, n, seed, pilot=None):
                 config[key] = hyper[key]
         if "adjoint_method" in hyper:
             solver = dict(solver, adjoint_method=hyper["adjoint_method"])
-        init = lambda rng: init_latent_ode(rng, hyper.get("dyn_hidden", HIDDEN_MLP))  # noqa: E731
+        init = lambda rng: init_latent_ode(  # noqa: E731
+            rng, hyper.get("dyn_hidden", HIDDEN_MLP), hyper.get("encoder", "rnn"))
         objective = latent_ode_objective(xs, times, solver, hyper["batch_size"],
                                          hyper["encode_cut"])
         config["encode_cut"] = hyper["encode_cut"]
@@ -315,26 +326,28 @@ def _pilot_seeds(run, name, n):
 
 
 def pilots(run, cfg, data, solver, eval_solver):
-    """Train and score each --pilot: the latent ODE with one candidate change, at each n of
+    """Train and score each --pilot: a Table 2 latent ODE with one candidate change, at each n of
     --train-only-n (30 if not given) and each of its seeds (_pilot_seeds); one pilot_NAME.json
     per pilot, its cells as Table 2's (seed_cell) beside Table 2's same seeds, each seed's
     scores and inference gap under by_seed."""
-    maxiter, planned = FIT_ITERS[run.mode], cfg["iters"]["latent_ode"]
+    maxiter = FIT_ITERS[run.mode]
     for name in run.args.pilot:
+        model = PILOTS[name].get("model", "latent_ode")
+        planned = cfg["iters"][model]
         by_n = {}
         for n in run.args.train_only_n or [30]:
             results, steps, by_seed = {}, {}, {}
             for seed in _pilot_seeds(run, name, n):
-                state = train_unit(run, cfg, data, solver, "latent_ode", n, seed, pilot=name)
-                unit = unit_name("latent_ode", n, seed, name)
+                state = train_unit(run, cfg, data, solver, model, n, seed, pilot=name)
+                unit = unit_name(model, n, seed, name)
                 if state["step"] == 0:
                     run.usage_error(f"--pilot {name}: {unit} has no checkpoint (with --resume) "
                                     f"or final weights in {run.weights_dir} to evaluate")
-                results[seed] = evaluate_unit("latent_ode", state, data, n, eval_solver, seed,
+                results[seed] = evaluate_unit(model, state, data, n, eval_solver, seed,
                                               refine=dict(solver=solver, maxiter=maxiter))
                 steps[seed] = state["step"]
                 by_seed[str(seed)] = {
-                    "unit": unit, "table2_unit": unit_name("latent_ode", n, seed),
+                    "unit": unit, "table2_unit": unit_name(model, n, seed),
                     "iterations": state["step"], "of": planned, **results[seed],
                     "training": training_summary(state),
                     "inference_gap": inference_gap(best_params(state), data, n, eval_solver,
@@ -350,10 +363,11 @@ def pilots(run, cfg, data, solver, eval_solver):
                                             for s in cell["seeds"]])) for key in scores}
                 for start, scores in by_seed[str(cell["seeds"][0])]["inference_gap"].items()}
             by_n[str(n)] = dict(cell, by_seed=by_seed)
-        run.save_results({"pilot": name, "overrides": PILOTS[name]["overrides"], "by_n": by_n},
+        run.save_results({"pilot": name, "base": LABELS[model],
+                          "overrides": PILOTS[name]["overrides"], "by_n": by_n},
                          choices={"pilot": PILOTS[name]["about"],
-                                  "training": "Table 2's latent ODE otherwise: "
-                                              f"{dict(TRAINING['latent_ode'], iterations=planned)}",
+                                  "training": f"Table 2's {LABELS[model]} otherwise: "
+                                              f"{dict(TRAINING[model], iterations=planned)}",
                                   "draws": "each seed's parameters and training noise "
                                            "(minibatches, posterior samples, encoder cuts) come "
                                            "from the generator of Table 2's unit of the same n "

@@ -7,9 +7,9 @@ from autograd import value_and_grad
 from scipy.optimize import minimize
 
 from odeint_autograd import odeint
-from reproduce.latent import (MLPDynamics, encode, gaussian_log_density, init_mlp, init_rnn,
-                              kl_to_standard_normal, mlp, rnn_step, sample_z0, solve_union,
-                              time_gaps)
+from reproduce.latent import (MLPDynamics, encode, gaussian_log_density, init_gru, init_mlp,
+                              init_rnn, kl_to_standard_normal, mlp, rnn_step, sample_z0,
+                              solve_union, time_gaps)
 
 from .data import SPIRAL, observed
 
@@ -29,9 +29,13 @@ X_SCALE, T_UNIT = 5.0, SPIRAL["stop"] / (SPIRAL["n_dense"] - 1)
 # Latent ODE
 
 
-def init_latent_ode(rng, dyn_hidden=HIDDEN_MLP):
-    """dyn_hidden: the dynamics' hidden width (the paper's one layer) or widths."""
-    return {"rec": init_rnn(rng, 3, HIDDEN_RNN, 2 * LATENT),
+ENCODERS = {"rnn": init_rnn, "gru": init_gru}  # the recognition network's cell
+
+
+def init_latent_ode(rng, dyn_hidden=HIDDEN_MLP, encoder="rnn"):
+    """dyn_hidden: the dynamics' hidden width (the paper's one layer) or widths; encoder: the
+    recognition network's cell, a vanilla RNN (the authors' public example) or a GRU."""
+    return {"rec": ENCODERS[encoder](rng, 3, HIDDEN_RNN, 2 * LATENT),
             "dyn": init_mlp(rng, LATENT, dyn_hidden, LATENT),
             "dec": init_mlp(rng, LATENT, HIDDEN_MLP, 2)}
 

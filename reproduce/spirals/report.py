@@ -155,14 +155,14 @@ def inference_gap(record):
 
 
 def pilots(record):
-    """The candidate changes tried on the latent ODE (pilot_*.json beside the record, written by
-    --pilot), each beside Table 2's latent ODE of the same seeds and n."""
+    """The candidate changes tried on Table 2's latent ODEs (pilot_*.json beside the record,
+    written by --pilot), each beside the Table 2 model it changes, same seeds and n."""
     folder = os.path.join(FIGURES, record.get("folder", ""))
     names = sorted(f for f in os.listdir(folder) if f.startswith("pilot_") and
                    f.endswith(".json")) if os.path.isdir(folder) else []
     if not names:
         return ""
-    table2_rows, rows, lines, spread = record["results"]["table2_rmse"]["Latent ODE"], [], [], {}
+    table2, rows, lines, spread = record["results"]["table2_rmse"], [], [], {}
 
     def listed(values):
         return ", ".join(fmt(v) for v in values)
@@ -170,15 +170,16 @@ def pilots(record):
     for filename in names:
         with open(os.path.join(folder, filename)) as f:
             pilot = json.load(f)
-        name = pilot["results"]["pilot"]
-        lines.append(f"- {name}: {pilot['choices']['pilot']}; {pilot['choices']['draws']} "
-                     f"(`{pilot['command']}`, {pilot.get('date', '?')})")
+        name, model = pilot["results"]["pilot"], pilot["results"].get("base", "Latent ODE")
+        lines.append(f"- {name}, a change to Table 2's {model}: {pilot['choices']['pilot']}; "
+                     f"{pilot['choices']['draws']} (`{pilot['command']}`, "
+                     f"{pilot.get('date', '?')})")
         for n, cell in sorted(pilot["results"]["by_n"].items(), key=lambda kv: int(kv[0])):
-            entry = table2_rows.get(n, {})
+            entry = table2.get(model, {}).get(n, {})
             base = [entry["rmse_clean_seeds"][entry["seeds"].index(s)]
                     for s in cell["seeds"] if s in entry.get("seeds", [])]
             if len(entry.get("rmse_clean_seeds", [])) > 1:
-                spread[n] = entry["rmse_clean_sd"]
+                spread[model, n] = entry["rmse_clean_sd"]
             clean = fmt(cell["rmse_clean"]) + (f" ± {fmt(cell['rmse_clean_sd'])}"
                                                if len(cell["seeds"]) > 1 else "")
             gap = cell["inference_gap"]
@@ -192,12 +193,12 @@ def pilots(record):
                          fmt(gap["fitted to the noise-free window"]["rmse_clean"]),
                          fmt(gap["fitted to the noise-free window and extrapolation"]
                              ["rmse_clean"])])
-    sds = ", ".join(f"{fmt(sd)} at n = {n}" for n, sd in sorted(spread.items(),
-                                                                 key=lambda kv: int(kv[0])))
-    return ("Candidate changes to the latent ODE, each trained as a pilot beside Table 2 (which "
-            "they leave alone) and scored as Table 2 is: mean ± sample sd over its seeds (the "
-            "noisy RMSE in brackets), each seed's, and Table 2's latent ODE of the same seeds "
-            "(their mean, each seed's); z0 by MAP: the pilot's mean with z0 the posterior mode, "
+    sds = ", ".join(f"{fmt(sd)} ({model}, n = {n})" for (model, n), sd in
+                    sorted(spread.items(), key=lambda kv: (kv[0][0], int(kv[0][1]))))
+    return ("Candidate changes to a latent ODE of Table 2, each trained as a pilot beside Table 2 "
+            "(which they leave alone) and scored as Table 2 is: mean ± sample sd over its seeds "
+            "(the noisy RMSE in brackets), each seed's, and the Table 2 model it changes, same "
+            "seeds (their mean, each seed's); z0 by MAP: the pilot's mean with z0 the posterior mode, "
             "as in Table 2's MAP rows. The last three columns are the inference gap above for "
             "the pilot's models (mean over its seeds): z0 fitted to each test spiral's own noisy "
             "observations, to the window's and to every noise-free point"
