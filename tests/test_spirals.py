@@ -215,17 +215,23 @@ def test_gru_with_open_gates_is_the_vanilla_rnn_and_with_a_shut_update_gate_keep
     np.testing.assert_allclose(rnn_step(open_gates, h, x), rnn_step(vanilla, h, x), atol=1e-12)
     shut = dict(p, bu=np.full(25, -60.0))
     np.testing.assert_allclose(rnn_step(shut, h, x), h, atol=1e-12)
+    # a shut reset gate hides the state from the candidate, not from the update
+    u = 1.0 / (1.0 + np.exp(-(np.concatenate([x, h], 1) @ p["Wu"] + p["bu"])))
+    candidate = np.tanh(np.concatenate([x, 0 * h], 1) @ p["Wh"] + p["bh"])
+    np.testing.assert_allclose(rnn_step(dict(p, br=np.full(25, -60.0)), h, x),
+                               (1 - u) * h + u * candidate, atol=1e-12)
     # the gates' gradients by autograd against central differences, through a whole encoding
     xs, times = rng.randn(2, 6, 2), np.sort(rng.uniform(0, 2, (2, 6)), axis=1)
     gaps = time_gaps(0.0, times)
 
-    def f(bu):
-        mu, logvar = encode(dict(p, bu=bu), xs, gaps)
-        return anp.sum(mu ** 2) + anp.sum(anp.sin(logvar))
+    for gate in ("bu", "br"):
+        def f(b):
+            mu, logvar = encode(dict(p, **{gate: b}), xs, gaps)
+            return anp.sum(mu ** 2) + anp.sum(anp.sin(logvar))
 
-    g, e = grad(f)(p["bu"]), 1e-6
-    fd = [(f(p["bu"] + e * d) - f(p["bu"] - e * d)) / (2 * e) for d in np.eye(25)]
-    np.testing.assert_allclose(g, fd, rtol=1e-6, atol=1e-8)
+        g, e = grad(f)(p[gate]), 1e-6
+        fd = [(f(p[gate] + e * d) - f(p[gate] - e * d)) / (2 * e) for d in np.eye(25)]
+        np.testing.assert_allclose(g, fd, rtol=1e-6, atol=1e-8)
 
 
 def test_elbo_against_direct_monte_carlo():
@@ -596,6 +602,14 @@ def test_a_pilot_trains_its_own_unit_from_table2s_draws_and_leaves_table2_alone(
                      ).load()
     assert gru["config"]["encoder"] == "gru" and len(gru["starts"]) == 3
     assert {"Wu", "Wr"} <= set(gru["params"]["rec"]) and gru["params"]["dyn"]["W3"].shape == (20, 4)
+    # each start draws the vanilla RNN's weights of the same start of Table 2's unit
+    from reproduce.common import model_rng
+    for j, suffix in enumerate(["", "_start1", "_start2"]):
+        rng = model_rng(0, "latent_ode_2l_n30_seed0" + suffix)
+        vanilla = SM.init_latent_ode(rng, [20, 20])["rec"]
+        rng = model_rng(0, "latent_ode_2l_n30_seed0" + suffix)
+        gated = SM.init_latent_ode(rng, [20, 20], "gru")["rec"]
+        assert all(np.array_equal(vanilla[k], gated[k]) for k in vanilla) and "Wu" in gated
     same = json.loads((tmp_path / "g" / "pilot_unchanged.json").read_text())["results"]
     assert list(same["by_n"]) == ["30"]
     cell = same["by_n"]["30"]
@@ -617,9 +631,10 @@ def test_a_pilot_trains_its_own_unit_from_table2s_draws_and_leaves_table2_alone(
     record = dict(json.loads(before), folder=str(tmp_path / "g"))
     text = pilots(record)
     assert "two_layer_dynamics" in text and "unchanged" in text
-    assert f"unchanged_2l, a change to Table 2's {label_2l}:" in text
-    x2l = same_2l["by_n"]["30"]["rmse_clean"]
-    assert f"{x2l:.3f} ({x2l:.3f}) |" in text  # beside its own model's unit
+    assert f'unchanged_2l, a change to Table 2\'s "{label_2l}":' in text
+    x2l, c2l = same_2l["by_n"]["30"]["rmse_clean"], same_2l["by_n"]["30"]
+    assert (f"| unchanged_2l | 30 | 0 | {x2l:.3f} ({c2l['rmse_noisy']:.3f}) | {x2l:.3f} | "
+            f"{c2l['map_z0']['rmse_clean']:.3f} | {x2l:.3f} ({x2l:.3f}) |") in text
     x, noisy, by_map = r["rmse_clean"], r["rmse_noisy"], same["by_n"]["30"]["map_z0"]["rmse_clean"]
     assert by_map == table["Latent ODE, z0 by MAP"]["30"]["rmse_clean_seeds"][0] != x
     assert (f"| unchanged | 30 | 0 | {x:.3f} ({noisy:.3f}) | {x:.3f} | {by_map:.3f} | "
@@ -647,8 +662,8 @@ def test_a_pilot_trains_its_own_unit_from_table2s_draws_and_leaves_table2_alone(
             f"{a:.3f}, {b:.3f} | {cell['map_z0']['rmse_clean']:.3f} | "
             f"{(a + b) / 2:.3f} ({a:.3f}, {b:.3f}) |") in text
     # the seeds' spread quoted beside the pilots is the record's, not a number in the code
-    assert (f"sample sd of {table['Latent ODE']['30']['rmse_clean_sd']:.3f} (Latent ODE, n = 30)"
-            in text)
+    assert (f"sample sd of {table['Latent ODE']['30']['rmse_clean_sd']:.3f} (\"Latent ODE\", "
+            "n = 30)" in text)
     # a pilot's checkpoint refuses other settings, its architecture included
     monkeypatch.setitem(SE.PILOTS, "two_layer_dynamics", {"overrides": {"dyn_hidden": [20, 9]},
                                                           "about": "changed", "shares": "some"})
@@ -663,6 +678,24 @@ def test_a_pilot_trains_its_own_unit_from_table2s_draws_and_leaves_table2_alone(
     with pytest.raises(SystemExit) as err:
         _run(tmp_path, "g", "--pilot", "unchanged", "--only", "latent_ode_n30_seed0")
     assert err.value.code == 2
+
+
+def test_a_pilot_seed_still_in_its_restarts_is_found_on_resume(tmp_path):
+    from types import SimpleNamespace
+
+    from reproduce.spirals import experiment as SE
+    ckpt, weights = tmp_path / "ckpt", tmp_path / "weights"
+    ckpt.mkdir()
+    weights.mkdir()
+    for name in ("pilot_gru_encoder_n30_seed2_start1.ckpt", "pilot_gru_encoder_n50_seed4.ckpt",
+                 "pilot_gru_encoder_n30_seed3.log.jsonl", "pilot_gru_encoder_n30_seed1x.ckpt",
+                 "latent_ode_2l_n30_seed5_start0.ckpt"):
+        (ckpt / name).write_text("")
+    (weights / "pilot_gru_encoder_n30_seed6.ckpt").write_text("")
+    run = SimpleNamespace(args=SimpleNamespace(seeds=None), seed=0, ckpt_dir=str(ckpt),
+                          weights_dir=str(weights), pick=lambda smoke, quick, full: smoke)
+    assert SE._pilot_seeds(run, "gru_encoder", 30) == [0, 2, 6]
+    assert SE._pilot_seeds(run, "gru_encoder", 50) == [0, 4]
 
 
 def test_map_z0_is_the_posterior_mode_between_the_data_and_the_prior():

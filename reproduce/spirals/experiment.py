@@ -39,10 +39,10 @@ from .models import (HIDDEN_MLP, HIDDEN_RNN, LABELS, LATENT, LATENT_MODELS, MAP_
 # how many of the seeds train it (None: all), and for the latent ODE what its recognition network
 # reads in training (models.latent_ode_objective's encode_cut), its dynamics' hidden widths and
 # how many random starts it picks from by validation after start_iters steps (latent.train's
-# restarts; start_iters per mode in SETTINGS), and the method of its adjoint solve if not
-# ADJOINT_METHOD. The caps sit above the gradient
-# norms of steady training (measured: RNNs 25-400 per series, the latent ODE 300-900), so that
-# they cut only the spikes.
+# restarts; start_iters per mode in SETTINGS), the method of its adjoint solve if not
+# ADJOINT_METHOD, and its recognition network's cell (models.ENCODERS) if not the vanilla RNN.
+# The caps sit above the gradient norms of steady training (measured: RNNs 25-400 per series,
+# the latent ODE 300-900), so that they cut only the spikes.
 _LATENT, _LATENT_CUT = dict(lr=1e-2, lr_final=1e-4, clip=1000.0, batch_size=100), 0.5
 TRAINING = {
     "rnn": dict(lr=1e-2, lr_final=1e-4, clip=100.0, batch_size=None, seeds=None),
@@ -249,7 +249,7 @@ def units(run):
 def train_unit(run, cfg, data, solver, model, n, seed, pilot=None):
     """Train one model for one n and one seed (resumable); returns its state, state["best"]
     holding the parameters with the lowest validation RMSE (against the noisy points). pilot:
-    a PILOTS key, the latent ODE with that change (its own unit)."""
+    a PILOTS key, `model` (the pilot's) with that change (its own unit)."""
     xs, times = observed(data, n, data["train"])
     overrides = PILOTS[pilot]["overrides"] if pilot else {}
     hyper = dict(TRAINING[model], **overrides)
@@ -314,11 +314,11 @@ def inference_gap(params, data, n, solver, fit_solver, maxiter):
 
 def _pilot_seeds(run, name, n):
     """The seeds a pilot runs: --seeds if given, else the first seed and every seed whose unit of
-    this pilot and n has a checkpoint or final weights (so that evaluating a pilot scores all of
-    its trained seeds)."""
+    this pilot and n has a checkpoint (its own or, still in its random restarts, one of its
+    starts') or final weights (so that evaluating or resuming a pilot takes all of its seeds)."""
     if run.args.seeds:
         return _seeds(run)
-    pattern = re.compile(re.escape(unit_name("latent_ode", n, "", name)) + r"(\d+)\.ckpt")
+    pattern = re.compile(re.escape(unit_name(None, n, "", name)) + r"(\d+)(?:_start\d+)?\.ckpt")
     found = {int(m.group(1)) for folder in (run.ckpt_dir, run.weights_dir)
              if os.path.isdir(folder) for m in map(pattern.fullmatch, os.listdir(folder)) if m}
     first = _seeds(run)[0]
@@ -363,15 +363,19 @@ def pilots(run, cfg, data, solver, eval_solver):
                                             for s in cell["seeds"]])) for key in scores}
                 for start, scores in by_seed[str(cell["seeds"][0])]["inference_gap"].items()}
             by_n[str(n)] = dict(cell, by_seed=by_seed)
+        hyper = dict(TRAINING[model], iterations=planned)
+        if hyper.get("starts", 1) > 1:
+            hyper["start_iters"] = cfg["start_iters"]
         run.save_results({"pilot": name, "base": LABELS[model],
                           "overrides": PILOTS[name]["overrides"], "by_n": by_n},
                          choices={"pilot": PILOTS[name]["about"],
                                   "training": f"Table 2's {LABELS[model]} otherwise: "
-                                              f"{dict(TRAINING[model], iterations=planned)}",
+                                              f"{hyper}",
                                   "draws": "each seed's parameters and training noise "
                                            "(minibatches, posterior samples, encoder cuts) come "
                                            "from the generator of Table 2's unit of the same n "
-                                           f"and seed; it shares {PILOTS[name]['shares']}",
+                                           "and seed (with restarts: of that unit's start of the "
+                                           f"same number); it shares {PILOTS[name]['shares']}",
                                   "seeds": "as Table 2's: the mean and sample sd over the seeds "
                                            "that finished (inference_gap: the mean of theirs), "
                                            "each seed's own under by_seed",

@@ -171,7 +171,7 @@ def pilots(record):
         with open(os.path.join(folder, filename)) as f:
             pilot = json.load(f)
         name, model = pilot["results"]["pilot"], pilot["results"].get("base", "Latent ODE")
-        lines.append(f"- {name}, a change to Table 2's {model}: {pilot['choices']['pilot']}; "
+        lines.append(f"- {name}, a change to Table 2's \"{model}\": {pilot['choices']['pilot']}; "
                      f"{pilot['choices']['draws']} (`{pilot['command']}`, "
                      f"{pilot.get('date', '?')})")
         for n, cell in sorted(pilot["results"]["by_n"].items(), key=lambda kv: int(kv[0])):
@@ -193,21 +193,21 @@ def pilots(record):
                          fmt(gap["fitted to the noise-free window"]["rmse_clean"]),
                          fmt(gap["fitted to the noise-free window and extrapolation"]
                              ["rmse_clean"])])
-    sds = ", ".join(f"{fmt(sd)} ({model}, n = {n})" for (model, n), sd in
+    sds = ", ".join(f"{fmt(sd)} (\"{model}\", n = {n})" for (model, n), sd in
                     sorted(spread.items(), key=lambda kv: (kv[0][0], int(kv[0][1]))))
     return ("Candidate changes to a latent ODE of Table 2, each trained as a pilot beside Table 2 "
             "(which they leave alone) and scored as Table 2 is: mean ± sample sd over its seeds "
             "(the noisy RMSE in brackets), each seed's, and the Table 2 model it changes, same "
             "seeds (their mean, each seed's); z0 by MAP: the pilot's mean with z0 the posterior "
-            "mode, as in Table 2's MAP rows. The last three columns are the inference gap above "
-            "for the pilot's models (mean over its seeds): z0 fitted to each test spiral's own noisy "
-            "observations, to the window's and to every noise-free point"
+            "mode, as in Table 2's MAP rows. The last three columns are the inference gap "
+            "above for the pilot's models (mean over its seeds): z0 fitted to each test "
+            "spiral's own noisy observations, to the window's and to every noise-free point"
             + (f". Table 2's seeds differ by a sample sd of {sds}, so a pilot with few seeds "
                "tells only a change larger than that" if sds else "") + ".\n\n"
             + "\n".join(lines) + "\n\n"
             + table(["pilot", "n", "seeds", "noise-free RMSE (noisy)", "per seed", "z0 by MAP",
-                     "Table 2, same seeds", "z0 fitted to noisy obs", "z0 fitted to window",
-                     "z0 fitted to all"], rows))
+                     "its Table 2 model, same seeds", "z0 fitted to noisy obs",
+                     "z0 fitted to window", "z0 fitted to all"], rows))
 
 
 def section(runs):
