@@ -11,6 +11,7 @@ import time
 
 import autograd.numpy as anp
 import numpy as np
+from autograd.scipy.special import expit
 
 from odeint_autograd import SolverStats, odeint
 from reproduce.common import LOG_2PI, Adam, fit, model_rng, positive
@@ -124,17 +125,13 @@ def init_gru(rng, n_in, n_hidden, n_out):
     return p
 
 
-def _sigmoid(x):
-    return 0.5 * (anp.tanh(0.5 * x) + 1.0)
-
-
 def rnn_step(p, h, x):
     """One step of the vanilla RNN (init_rnn) or of the GRU (init_gru), by the parameters."""
     xh = anp.concatenate([x, h], axis=-1)
     if "Wu" not in p:
         return anp.tanh(anp.dot(xh, p["Wh"]) + p["bh"])
-    u = _sigmoid(anp.dot(xh, p["Wu"]) + p["bu"])
-    r = _sigmoid(anp.dot(xh, p["Wr"]) + p["br"])
+    u = expit(anp.dot(xh, p["Wu"]) + p["bu"])
+    r = expit(anp.dot(xh, p["Wr"]) + p["br"])
     candidate = anp.tanh(anp.dot(anp.concatenate([x, r * h], axis=-1), p["Wh"]) + p["bh"])
     return (1.0 - u) * h + u * candidate
 
