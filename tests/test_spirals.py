@@ -590,7 +590,7 @@ def test_a_pilot_trains_its_own_unit_from_table2s_draws_and_leaves_table2_alone(
     before = (tmp_path / "g" / "results.json").read_text()
     table = json.loads(before)["results"]["table2_rmse"]
     assert _run(tmp_path, "g", "--resume", "--pilot", "unchanged", "two_layer_dynamics",
-                "unchanged_2l", "gru_encoder") == 0
+                "unchanged_2l", "gru_encoder", "gru_encoder_6_starts") == 0
     assert (tmp_path / "g" / "results.json").read_text() == before
     # a pilot of another Table 2 model retraces that model's unit, restarts and all
     same_2l = json.loads((tmp_path / "g" / "pilot_unchanged_2l.json").read_text())["results"]
@@ -602,6 +602,11 @@ def test_a_pilot_trains_its_own_unit_from_table2s_draws_and_leaves_table2_alone(
                      ).load()
     assert gru["config"]["encoder"] == "gru" and len(gru["starts"]) == 3
     assert {"Wu", "Wr"} <= set(gru["params"]["rec"]) and gru["params"]["dyn"]["W3"].shape == (20, 4)
+    # more starts: the first three are gru_encoder's, to the last digit
+    final = tmp_path / "g_ckpt" / "final"
+    six = Checkpoint(str(final / "pilot_gru_encoder_6_starts_n30_seed0.ckpt")).load()
+    assert [s["start"] for s in six["starts"]] == list(range(6)) and six["config"]["starts"] == 6
+    assert six["starts"][:3] == gru["starts"]
     # each start draws the vanilla RNN's weights of the same start of Table 2's unit
     from reproduce.common import model_rng
     for j, suffix in enumerate(["", "_start1", "_start2"]):
