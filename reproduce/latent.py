@@ -272,7 +272,8 @@ def training_summary(state):
     """Iterations, time and mean NFE per iteration of a `train` state (the means over every
     step, also for final weights whose kept curve is thinned). With restarts, seconds_total
     includes the starts that were dropped, so the time per iteration counts their steps too
-    (restart_iterations), and start_chosen is the start that went on."""
+    (restart_iterations), start_chosen is the start that went on and start_scores each start's
+    validation score at the end of the start phase."""
     history, means = state["history"], state.get("history_means") or {}
 
     def mean(key):
@@ -287,7 +288,8 @@ def training_summary(state):
                "nfe_backward_per_iteration": mean("nfe_b"),
                "final_loss": history["loss"][-1] if history["loss"] else None}
     if starts:
-        summary.update(restart_iterations=dropped, start_chosen=chosen)
+        summary.update(restart_iterations=dropped, start_chosen=chosen,
+                       start_scores=[s["validation_score"] for s in starts])
     return summary
 
 

@@ -637,6 +637,12 @@ def test_a_pilot_trains_its_own_unit_from_table2s_draws_and_leaves_table2_alone(
     text = pilots(record)
     assert "two_layer_dynamics" in text and "unchanged" in text
     assert f'unchanged_2l, a change to Table 2\'s "{label_2l}":' in text
+    # and each start's validation score of a pilot with restarts, the chosen one starred
+    tr = same_2l["by_n"]["30"]["by_seed"]["0"]["training"]
+    marks = [f"{v:.3f}" + ("*" if j == tr["start_chosen"] else "")
+             for j, v in enumerate(tr["start_scores"])]
+    assert len(marks) == 3 and f"- unchanged_2l, n = 30: seed 0: {', '.join(marks)}" in text
+    assert "- unchanged, n = 30" not in text
     x2l, c2l = same_2l["by_n"]["30"]["rmse_clean"], same_2l["by_n"]["30"]
     assert (f"| unchanged_2l | 30 | 0 | {x2l:.3f} ({c2l['rmse_noisy']:.3f}) | {x2l:.3f} | "
             f"{c2l['map_z0']['rmse_clean']:.3f} | {x2l:.3f} ({x2l:.3f}) |") in text
@@ -776,6 +782,7 @@ def test_restarts_go_on_with_the_start_that_validates_best_and_resume_exactly(tm
     from reproduce.latent import training_summary
     summary = training_summary(state)  # the dropped starts' steps count in the time per step
     assert summary["start_chosen"] == best and summary["restart_iterations"] == 8
+    assert summary["start_scores"] == scores
     assert summary["seconds_per_iteration"] == pytest.approx(state["seconds"] / 18)
     assert state["step"] == 10 and len(state["history"]["loss"]) == 10
     assert state["history"]["loss"] == plain[best]["history"]["loss"]

@@ -162,7 +162,7 @@ def pilots(record):
                    f.endswith(".json")) if os.path.isdir(folder) else []
     if not names:
         return ""
-    table2, rows, lines, spread = record["results"]["table2_rmse"], [], [], {}
+    table2, rows, lines, spread, starts = record["results"]["table2_rmse"], [], [], {}, []
 
     def listed(values):
         return ", ".join(fmt(v) for v in values)
@@ -182,6 +182,13 @@ def pilots(record):
                 spread[model, n] = entry["rmse_clean_sd"]
             clean = fmt(cell["rmse_clean"]) + (f" ± {fmt(cell['rmse_clean_sd'])}"
                                                if len(cell["seeds"]) > 1 else "")
+            tried = {s: r["training"].get("start_scores") for s, r in cell["by_seed"].items()}
+            if all(tried.values()):
+                starts.append(f"- {name}, n = {n}: " + "; ".join(
+                    f"seed {s}: " + ", ".join(
+                        fmt(v) + ("*" if j == cell["by_seed"][s]["training"]["start_chosen"]
+                                  else "") for j, v in enumerate(scores))
+                    for s, scores in tried.items()))
             gap = cell["inference_gap"]
             by_map = cell.get("map_z0")
             rows.append([name, n, " ".join(map(str, cell["seeds"])) + unfinished_note(cell),
@@ -207,7 +214,10 @@ def pilots(record):
             + "\n".join(lines) + "\n\n"
             + table(["pilot", "n", "seeds", "noise-free RMSE (noisy)", "per seed", "z0 by MAP",
                      "its Table 2 model, same seeds", "z0 fitted to noisy obs",
-                     "z0 fitted to window", "z0 fitted to all"], rows))
+                     "z0 fitted to window", "z0 fitted to all"], rows)
+            + ("\n\nThe random starts of the pilots with restarts: each start's validation RMSE "
+               "(noisy) at the end of the start phase, * the start that went on.\n\n"
+               + "\n".join(starts) if starts else ""))
 
 
 def section(runs):
