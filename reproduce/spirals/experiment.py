@@ -98,7 +98,8 @@ PILOTS = {
         "about": "gru_encoder's change and 6 random starts where Table 2 has 3, so that fewer "
                  "seeds have every start still in a poor basin at the end of the start phase "
                  "(such a seed stays there: see gru_encoder's)",
-        "shares": "every draw of the gru_encoder pilot (its starts 0-2 are that pilot's)"},
+        "shares": "every draw of the gru_encoder pilot (its starts 0-2 start from that "
+                  "pilot's)"},
 }
 # The backward solve's method: its step size carries across output times. On a training gradient
 # at the training tolerance (benchmarks/spirals_adjoint.py) rkf23 gives the gradient dopri5 gives
