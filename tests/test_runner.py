@@ -163,8 +163,9 @@ def test_a_killed_unit_is_retried_from_its_checkpoint(tmp_path, local_numbers):
     resumed = events(tmp_path)
     units, _ = runner.plan("spirals", ["--smoke"])
     assert sorted(e["unit"] for e in resumed) == sorted(u.name for u in units)
-    assert {e["file"] for e in resumed if e["unit"].startswith("latent_ode_2l")} == {
-        f"latent_ode_2l_n{n}_seed0_start0.ckpt" for n in (30, 50, 100)}
+    for model in ("latent_ode_2l", "latent_ode_gru"):
+        assert {e["file"] for e in resumed if e["unit"].startswith(model)} == {
+            f"{model}_n{n}_seed0_start0.ckpt" for n in (30, 50, 100)}
     assert {e["step"] for e in resumed} == {2}
     assert {tuple(e["threads"]) for e in resumed} == {("1", "1", "1")}
 

@@ -446,7 +446,8 @@ def test_smoke_run_writes_results_and_resume_gives_the_same_numbers(tmp_path):
     assert _run(tmp_path, "whole") == 0
     record = json.loads((tmp_path / "whole" / "results.json").read_text())
     table = record["results"]["table2_rmse"]
-    latent = ["Latent ODE", "Latent ODE, window ELBO", "Latent ODE, two-layer dynamics, restarts"]
+    latent = ["Latent ODE", "Latent ODE, window ELBO", "Latent ODE, two-layer dynamics, restarts",
+              "Latent ODE, two-layer dynamics, GRU encoder, 6 starts"]
     assert list(table) == ["RNN", "RNN + dt"] + [
         row for label in latent for row in (label, f"{label}, z0 by MAP")] + [
         "Last observation", "Linear extrapolation"]
@@ -510,6 +511,7 @@ def test_training_split_by_n_then_gathered_gives_the_numbers_of_one_run(tmp_path
         f"{m}_n100_seed0{start}.{ext}" for m, start in [
             ("latent_ode", ""), ("latent_ode_elbo", ""), ("rnn_dt", ""), ("rnn", "")]
         + [("latent_ode_2l", s) for s in ("", "_start0", "_start1", "_start2")]
+        + [("latent_ode_gru", s) for s in ["", *(f"_start{j}" for j in range(6))]]
         for ext in ("ckpt", "log.jsonl"))
     assert _run(tmp_path, "byn", "--resume", "--only", "latent_ode_n30_seed0",
                 "latent_ode_n50_seed0") == 0
@@ -536,11 +538,11 @@ def test_training_split_by_n_then_gathered_gives_the_numbers_of_one_run(tmp_path
 
 @pytest.mark.slow
 def test_table2_means_only_the_finished_seeds_and_lists_the_others(tmp_path):
-    # seed 0: 4 models x 3 n x 5 iterations, and the two-layer latent ODE's 3 starts x 2 + 3 at
-    # each n: 87 steps; then RNN n = 30 seed 1 finishes (92) and RNN + dt n = 30 seed 1 is killed
-    # after 2 more (its checkpoint at step 2)
+    # seed 0: 4 models x 3 n x 5 iterations, the two-layer latent ODE's 3 starts x 2 + 3 and the
+    # GRU one's 6 x 2 + 3 at each n: 132 steps; then RNN n = 30 seed 1 finishes (137) and RNN +
+    # dt n = 30 seed 1 is killed after 2 more (its checkpoint at step 2)
     with pytest.raises(KeyboardInterrupt):
-        _run(tmp_path, "p", "--seeds", "0", "1", "--stop-after", "94")
+        _run(tmp_path, "p", "--seeds", "0", "1", "--stop-after", "139")
     assert _run(tmp_path, "p", "--seeds", "0", "1", "--resume", "--evaluate-only") == 0
     record = json.loads((tmp_path / "p" / "results.json").read_text())["results"]
     table = record["table2_rmse"]
@@ -582,6 +584,10 @@ def test_a_pilot_trains_its_own_unit_from_table2s_draws_and_leaves_table2_alone(
     monkeypatch.setitem(SE.PILOTS, "unchanged", {"overrides": {"encode_cut": 0.5},
                                                  "about": "Table 2's settings",
                                                  "shares": "every draw"})
+    # and a pilot with the GRU model's changes is that model's unit, to the last digit
+    monkeypatch.setitem(SE.PILOTS, "six_starts", {"model": "latent_ode_2l",
+                                                  "overrides": {"encoder": "gru", "starts": 6},
+                                                  "about": "the GRU model's", "shares": "all"})
     monkeypatch.setitem(SE.PILOTS, "unchanged_2l", {"model": "latent_ode_2l",
                                                     "overrides": {"encode_cut": 0.5},
                                                     "about": "Table 2's settings",
@@ -590,7 +596,7 @@ def test_a_pilot_trains_its_own_unit_from_table2s_draws_and_leaves_table2_alone(
     before = (tmp_path / "g" / "results.json").read_text()
     table = json.loads(before)["results"]["table2_rmse"]
     assert _run(tmp_path, "g", "--resume", "--pilot", "unchanged", "two_layer_dynamics",
-                "unchanged_2l", "gru_encoder", "gru_encoder_6_starts") == 0
+                "unchanged_2l", "gru_encoder", "six_starts") == 0
     assert (tmp_path / "g" / "results.json").read_text() == before
     # a pilot of another Table 2 model retraces that model's unit, restarts and all
     same_2l = json.loads((tmp_path / "g" / "pilot_unchanged_2l.json").read_text())["results"]
@@ -602,11 +608,17 @@ def test_a_pilot_trains_its_own_unit_from_table2s_draws_and_leaves_table2_alone(
                      ).load()
     assert gru["config"]["encoder"] == "gru" and len(gru["starts"]) == 3
     assert {"Wu", "Wr"} <= set(gru["params"]["rec"]) and gru["params"]["dyn"]["W3"].shape == (20, 4)
-    # more starts: the first three are gru_encoder's, to the last digit
+    # Table 2's GRU model has 6 starts, the first three gru_encoder's to the last digit; a pilot
+    # with its settings trains its units exactly (so that such a pilot's units can be promoted)
     final = tmp_path / "g_ckpt" / "final"
-    six = Checkpoint(str(final / "pilot_gru_encoder_6_starts_n30_seed0.ckpt")).load()
+    six = Checkpoint(str(final / "latent_ode_gru_n30_seed0.ckpt")).load()
     assert [s["start"] for s in six["starts"]] == list(range(6)) and six["config"]["starts"] == 6
-    assert six["starts"][:3] == gru["starts"]
+    assert six["starts"][:3] == gru["starts"] and six["config"]["encoder"] == "gru"
+    pilot_six = Checkpoint(str(final / "pilot_six_starts_n30_seed0.ckpt")).load()
+    assert pilot_six["config"] == dict(six["config"], model="pilot_six_starts_n30_seed0")
+    assert pilot_six["starts"] == six["starts"]
+    assert all(np.array_equal(pilot_six["params"][g][k], six["params"][g][k])
+               for g in six["params"] for k in six["params"][g])
     # each start draws the vanilla RNN's weights of the same start of Table 2's unit
     from reproduce.common import model_rng
     for j, suffix in enumerate(["", "_start1", "_start2"]):

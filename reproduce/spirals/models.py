@@ -13,12 +13,14 @@ from reproduce.latent import (MLPDynamics, encode, gaussian_log_density, init_gr
 
 from .data import SPIRAL, observed
 
-MODELS = ("rnn", "rnn_dt", "latent_ode", "latent_ode_elbo", "latent_ode_2l")
-# the paper's latent ODE with two training objectives, and with two-layer dynamics and restarts
-LATENT_MODELS = ("latent_ode", "latent_ode_elbo", "latent_ode_2l")
+MODELS = ("rnn", "rnn_dt", "latent_ode", "latent_ode_elbo", "latent_ode_2l", "latent_ode_gru")
+# the paper's latent ODE with two training objectives, with two-layer dynamics and restarts, and
+# with a GRU recognition network besides
+LATENT_MODELS = ("latent_ode", "latent_ode_elbo", "latent_ode_2l", "latent_ode_gru")
 LABELS = {"rnn": "RNN", "rnn_dt": "RNN + dt", "latent_ode": "Latent ODE",
           "latent_ode_elbo": "Latent ODE, window ELBO",
-          "latent_ode_2l": "Latent ODE, two-layer dynamics, restarts"}
+          "latent_ode_2l": "Latent ODE, two-layer dynamics, restarts",
+          "latent_ode_gru": "Latent ODE, two-layer dynamics, GRU encoder, 6 starts"}
 MAP_LABEL = "{}, z0 by MAP"  # Table 2's row of a latent model scored from map_z0
 LATENT, HIDDEN_RNN, HIDDEN_MLP = 4, 25, 20
 # Every RNN (recognition and baselines) sees x / X_SCALE and time gaps in units of the grid step,

@@ -182,13 +182,12 @@ def pilots(record):
                 spread[model, n] = entry["rmse_clean_sd"]
             clean = fmt(cell["rmse_clean"]) + (f" ± {fmt(cell['rmse_clean_sd'])}"
                                                if len(cell["seeds"]) > 1 else "")
-            tried = {s: r["training"].get("start_scores") for s, r in cell["by_seed"].items()}
-            if all(tried.values()):
+            trained = {s: r["training"] for s, r in cell["by_seed"].items()}
+            if all(t.get("start_scores") for t in trained.values()):
                 starts.append(f"- {name}, n = {n}: " + "; ".join(
-                    f"seed {s}: " + ", ".join(
-                        fmt(v) + ("*" if j == cell["by_seed"][s]["training"]["start_chosen"]
-                                  else "") for j, v in enumerate(scores))
-                    for s, scores in tried.items()))
+                    f"seed {s}: " + ", ".join(fmt(v) + ("*" if j == t["start_chosen"] else "")
+                                              for j, v in enumerate(t["start_scores"]))
+                    for s, t in trained.items()))
             gap = cell["inference_gap"]
             by_map = cell.get("map_z0")
             rows.append([name, n, " ".join(map(str, cell["seeds"])) + unfinished_note(cell),
