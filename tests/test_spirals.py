@@ -464,6 +464,18 @@ def test_smoke_run_writes_results_and_resume_gives_the_same_numbers(tmp_path):
     from reproduce.spirals.report import map_convergence
     fits = sum(len(c["seeds"]) for label in latent for c in table[f"{label}, z0 by MAP"].values())
     assert re.search(rf"convergence test in \d+ of {fits}\b", map_convergence(record))
+    # the report lists the random starts of the models with restarts, the chosen one starred
+    from reproduce.markdown import fmt
+    from reproduce.spirals.report import restarts
+    text = restarts(record)
+    for model, starts in (("latent_ode_2l", 3), ("latent_ode_gru", 6)):
+        for n in (30, 50, 100):
+            tr = record["results"]["training"][f"{model}_n{n}_seed0"]
+            assert len(tr["start_scores"]) == starts and 0 <= tr["start_chosen"] < starts
+            marks = [fmt(v) + ("*" if j == tr["start_chosen"] else "")
+                     for j, v in enumerate(tr["start_scores"])]
+            assert f"- {SM.LABELS[model]}, n = {n}: seed 0: {', '.join(marks)}\n" in text + "\n"
+    assert "latent_ode_n30" not in text and "- Latent ODE, n" not in text
     for f in ("fig9.png", "fig10.png", "training.png"):
         assert (tmp_path / "whole" / f).stat().st_size > 10_000
     # killed in the middle of the first latent ODE (after 5 + 5 + 3 iterations; its last

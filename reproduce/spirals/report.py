@@ -2,10 +2,12 @@
 the solver measurements and the reproduction choices."""
 import json
 import os
+import re
 
 from reproduce import published
 from reproduce.latent import solver_speed_block
 from .data import SPIRAL
+from .models import LABELS
 from reproduce.markdown import (FIGURES, best, choices_block, duration_row, figure_links, fmt,
                                 image, not_run, run_line, table)
 
@@ -184,10 +186,7 @@ def pilots(record):
                                                if len(cell["seeds"]) > 1 else "")
             trained = {s: r["training"] for s, r in cell["by_seed"].items()}
             if all(t.get("start_scores") for t in trained.values()):
-                starts.append(f"- {name}, n = {n}: " + "; ".join(
-                    f"seed {s}: " + ", ".join(fmt(v) + ("*" if j == t["start_chosen"] else "")
-                                              for j, v in enumerate(t["start_scores"]))
-                    for s, t in trained.items()))
+                starts.append(f"- {name}, n = {n}: {_starts(trained)}")
             gap = cell["inference_gap"]
             by_map = cell.get("map_z0")
             rows.append([name, n, " ".join(map(str, cell["seeds"])) + unfinished_note(cell),
@@ -214,9 +213,34 @@ def pilots(record):
             + table(["pilot", "n", "seeds", "noise-free RMSE (noisy)", "per seed", "z0 by MAP",
                      "its Table 2 model, same seeds", "z0 fitted to noisy obs",
                      "z0 fitted to window", "z0 fitted to all"], rows)
-            + ("\n\nThe random starts of the pilots with restarts: each start's validation RMSE "
-               "(noisy) at the end of the start phase, * the start that went on.\n\n"
+            + ("\n\nThe random starts of the pilots with restarts: " + STARTS_ABOUT + "\n\n"
                + "\n".join(starts) if starts else ""))
+
+
+STARTS_ABOUT = ("each start's validation RMSE (noisy) at the end of the start phase, * the start "
+                "that went on.")
+
+
+def _starts(trained):
+    """Each seed's start scores ({seed: training summary}), the start that went on starred."""
+    return "; ".join(f"seed {s}: " + ", ".join(fmt(v) + ("*" if j == t["start_chosen"] else "")
+                                              for j, v in enumerate(t["start_scores"]))
+                     for s, t in trained.items())
+
+
+def restarts(record):
+    """The random starts of Table 2's models with restarts (their units' training summaries)."""
+    found = {}
+    for unit, summary in record["results"]["training"].items():
+        parts = re.fullmatch(r"(.+)_n(\d+)_seed(\d+)", unit)
+        if parts and summary.get("start_scores"):
+            model, n, seed = parts.groups()
+            found.setdefault((model, int(n)), {})[seed] = summary
+    if not found:
+        return ""
+    return ("The random starts of Table 2's models with restarts: " + STARTS_ABOUT + "\n\n"
+            + "\n".join(f"- {LABELS.get(model, model)}, n = {n}: {_starts(trained)}"
+                         for (model, n), trained in sorted(found.items())))
 
 
 def section(runs):
@@ -246,6 +270,7 @@ def section(runs):
         table2(record),
         by_direction(record),
         by_horizon(record),
+        restarts(record),
         inference_gap(record),
         pilots(record),
         figure_links(record, ["fig9.png", "fig10.png", "training.png"]),
