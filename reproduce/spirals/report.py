@@ -247,7 +247,7 @@ def section(runs):
     record = best(runs)
     if record is None:
         return not_run(TITLE)
-    return "\n\n".join([
+    return "\n\n".join(part for part in [
         f"## {TITLE}",
         run_line(record, trained_seconds(record)),
         "Predictive RMSE at the 100 extrapolation times of the test set against the noise-free "
@@ -276,7 +276,7 @@ def section(runs):
         figure_links(record, ["fig9.png", "fig10.png", "training.png"]),
         solver_speed_block(record["results"].get("solver_speed_latent_ode_n30"),
                            "the trained n = 30 latent ODE"),
-        choices_block(record)])
+        choices_block(record)] if part)
 
 
 def summary(runs):
