@@ -476,6 +476,15 @@ def test_smoke_run_writes_results_and_resume_gives_the_same_numbers(tmp_path):
                      for j, v in enumerate(tr["start_scores"])]
             assert f"- {SM.LABELS[model]}, n = {n}: seed 0: {', '.join(marks)}\n" in text + "\n"
     assert "latent_ode_n30" not in text and "- Latent ODE, n" not in text
+    # and the validation RMSE that selected each model's parameters, beside its test RMSE
+    from reproduce.spirals.report import selection
+    cell = table["RNN + dt"]["50"]
+    val = cell["best_validation_rmse_noisy_seeds"]
+    from reproduce.common import Checkpoint
+    final = Checkpoint(str(tmp_path / "whole_ckpt" / "final" / "rnn_dt_n50_seed0.ckpt")).load()
+    assert val == [final["best"]["score"]] and cell["best_step_seeds"] == [final["best"]["step"]]
+    assert f"| RNN + dt | 50 | {fmt(val[0])} | {fmt(cell['rmse_noisy'])} |" in selection(record)
+    assert "z0 by MAP" not in selection(record)
     for f in ("fig9.png", "fig10.png", "training.png"):
         assert (tmp_path / "whole" / f).stat().st_size > 10_000
     # killed in the middle of the first latent ODE (after 5 + 5 + 3 iterations; its last

@@ -410,10 +410,11 @@ def best_params(state):
 
 def evaluate_unit(model, state, data, n, eval_solver, seed, step=None, refine=None):
     """A trained unit's test scores (evaluate, with map_z0's under "map_z0" given refine) at
-    its best validated parameters, with the step they were taken at and the last iterate's
-    scores."""
+    its best validated parameters, with the step they were taken at, their validation RMSE
+    (noisy; what selected them) and the last iterate's scores."""
     result = evaluate(model, best_params(state), data, n, eval_solver, seed + 1, step, refine)
     result["best_step"] = state["best"]["step"] if state["best"] else None
+    result["best_validation_rmse_noisy"] = state["best"]["score"] if state["best"] else None
     result["last_iterate"] = score(model, state["params"], data, n, data["test"], eval_solver,
                                    step)
     if "map_z0" in result:
@@ -438,7 +439,7 @@ def seed_cell(results, steps, planned):
         values = [r[key] for r in rows]
         entry[key], entry[f"{key}_sd"] = _summary(values)
         entry[f"{key}_seeds"] = values
-    for key in ("test_elbo", "test_nll", "best_step"):
+    for key in ("test_elbo", "test_nll", "best_step", "best_validation_rmse_noisy"):
         if key in rows[0]:
             entry[f"{key}_seeds"] = [r[key] for r in rows]
     if "lbfgs" in rows[0]:
