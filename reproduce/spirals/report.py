@@ -172,11 +172,13 @@ def pilots(record):
     for filename in names:
         with open(os.path.join(folder, filename)) as f:
             pilot = json.load(f)
-        name, model = pilot["results"]["pilot"], pilot["results"].get("base", "Latent ODE")
+        name, by_n = pilot["results"]["pilot"], pilot["results"]["by_n"]
+        some_seed = next(iter(next(iter(by_n.values()))["by_seed"].values()))
+        model = LABELS[_unit(some_seed["table2_unit"])[0]]  # today's label of the model changed
         lines.append(f"- {name}, a change to Table 2's \"{model}\": {pilot['choices']['pilot']}; "
                      f"{pilot['choices']['draws']} (`{pilot['command']}`, "
                      f"{pilot.get('date', '?')})")
-        for n, cell in sorted(pilot["results"]["by_n"].items(), key=lambda kv: int(kv[0])):
+        for n, cell in sorted(by_n.items(), key=lambda kv: int(kv[0])):
             entry = table2.get(model, {}).get(n, {})
             base = [entry["rmse_clean_seeds"][entry["seeds"].index(s)]
                     for s in cell["seeds"] if s in entry.get("seeds", [])]
@@ -245,14 +247,19 @@ def selection(record):
             + table(["model", "n", "validation RMSE (noisy)", "test RMSE (noisy)"], rows))
 
 
+def _unit(name):
+    """(model, n, seed) of a Table 2 unit's name (experiment.unit_name's)."""
+    model, n, seed = re.fullmatch(r"(.+)_n(\d+)_seed(\d+)", name).groups()
+    return model, int(n), int(seed)
+
+
 def restarts(record):
     """The random starts of Table 2's models with restarts (their units' training summaries)."""
     found = {}
     for unit, summary in record["results"]["training"].items():
-        parts = re.fullmatch(r"(.+)_n(\d+)_seed(\d+)", unit)
-        if parts and summary.get("start_scores"):
-            model, n, seed = parts.groups()
-            found.setdefault((model, int(n)), {})[seed] = summary
+        if summary.get("start_scores"):
+            model, n, seed = _unit(unit)
+            found.setdefault((model, n), {})[seed] = summary
     if not found:
         return ""
     return ("The random starts of Table 2's models with restarts: " + STARTS_ABOUT + "\n\n"
