@@ -42,7 +42,8 @@ from .models import (HIDDEN_MLP, HIDDEN_RNN, LABELS, LATENT, LATENT_MODELS, MAP_
 # restarts; start_iters per mode in SETTINGS), the method of its adjoint solve if not
 # ADJOINT_METHOD, its recognition network's cell (models.ENCODERS) if not the vanilla RNN, and
 # "draws": the model whose units' generators it draws from, if not its own (so that a pilot's
-# units, trained from those draws, can become its own).
+# units, trained from those draws, can become its own; not in the checkpoints' configuration,
+# which the promoted units' must match: a change of it needs fresh checkpoints).
 # The caps sit above the gradient norms of steady training (measured: RNNs 25-400 per series,
 # the latent ODE 300-900), so that they cut only the spikes.
 _LATENT, _LATENT_CUT = dict(lr=1e-2, lr_final=1e-4, clip=1000.0, batch_size=100), 0.5
@@ -178,7 +179,7 @@ CHOICES = {
                       "RNN with 25 hidden units'; the public example: a vanilla tanh RNN) and 6 "
                       "random starts where that model has 3. Pilots at n = 30 pointed to both: "
                       "the GRU encoder (pilot gru_encoder) lowered two of three seeds' RMSE, and "
-                      "the third stayed in a poor basin because all 3 of its starts ended the "
+                      "the third (seed 1) stayed in a poor basin because all 3 of its starts ended the "
                       "start phase there; with 6 starts each seed had a good one. "
                       "Its units draw from the generators of the two-layer model's units of the "
                       "same n and seed (as pilot gru_encoder does: its first 3 starts are that "
@@ -248,6 +249,12 @@ def _model_seeds(run, model):
 def unit_name(model, n, seed, pilot=None):
     """A unit's name (its checkpoint's); a pilot's is its own, beside Table 2's."""
     return f"pilot_{pilot}_n{n}_seed{seed}" if pilot else f"{model}_n{n}_seed{seed}"
+
+
+def parse_unit_name(name):
+    """(model, n, seed) of a Table 2 unit's name: unit_name's inverse."""
+    model, n, seed = re.fullmatch(r"(.+)_n(\d+)_seed(\d+)", name).groups()
+    return model, int(n), int(seed)
 
 
 def _grid(run):
@@ -389,7 +396,8 @@ def pilots(run, cfg, data, solver, eval_solver):
                                               f"{hyper}",
                                   "draws": "each seed's parameters and training noise "
                                            "(minibatches, posterior samples, encoder cuts) come "
-                                           "from the generator of Table 2's unit of the same n "
+                                           "from the generator of Table 2's unit of "
+                                           f"{TRAINING[model].get('draws', model)} of the same n "
                                            "and seed (with restarts: of that unit's start of the "
                                            f"same number); it shares {PILOTS[name]['shares']}",
                                   "seeds": "as Table 2's: the mean and sample sd over the seeds "

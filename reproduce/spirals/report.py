@@ -2,12 +2,12 @@
 the solver measurements and the reproduction choices."""
 import json
 import os
-import re
 
 from reproduce import published
 from reproduce.latent import solver_speed_block
 from .data import SPIRAL
-from .models import LABELS
+from .experiment import parse_unit_name
+from .models import LABELS, MODELS
 from reproduce.markdown import (FIGURES, best, choices_block, duration_row, figure_links, fmt,
                                 image, not_run, run_line, table)
 
@@ -174,7 +174,7 @@ def pilots(record):
             pilot = json.load(f)
         name, by_n = pilot["results"]["pilot"], pilot["results"]["by_n"]
         some_seed = next(iter(next(iter(by_n.values()))["by_seed"].values()))
-        model = LABELS[_unit(some_seed["table2_unit"])[0]]  # today's label of the model changed
+        model = _label(parse_unit_name(some_seed["table2_unit"])[0])  # the model it changes
         lines.append(f"- {name}, a change to Table 2's \"{model}\": {pilot['choices']['pilot']}; "
                      f"{pilot['choices']['draws']} (`{pilot['command']}`, "
                      f"{pilot.get('date', '?')})")
@@ -232,7 +232,8 @@ def _starts(trained):
 
 def selection(record):
     """The validation RMSE that selected each model's parameters beside their test RMSE (means
-    over the seeds of Table 2), where recorded: the models compared on data no choice saw."""
+    over the seeds of Table 2), where recorded: out of sample for the choice between models,
+    though biased low for each (its own best checkpoint and start)."""
     rows = [[model, n, mean, fmt(record["results"]["table2_rmse"][model][n]["rmse_noisy"])]
             for model, n, mean in _seed_means(record, "best_validation_rmse_noisy")]
     if not rows:
@@ -240,17 +241,17 @@ def selection(record):
     return ("Model selection: each model's validation RMSE against the noisy points at the "
             "parameters it selected (solved at the training tolerance) beside their test RMSE "
             "against the noisy points (mean over the seeds of Table 2). The validation spirals "
-            "picked each unit's parameters and random start. The pilots that led to the "
-            "two-layer and GRU models were compared on the n = 30 test spirals, so those "
-            "models' n = 30 test cells are not out of sample for that choice; their n = 50 and "
-            "100 cells, and the validation RMSE here, are.\n\n"
+            "picked each unit's parameters and random start, so each validation RMSE is its "
+            "unit's best (biased low); the test spirals picked nothing within a model. The "
+            "pilots that led to the two-layer and GRU models were compared on the n = 30 test "
+            "spirals, so those models' n = 30 test cells are not out of sample for that choice; "
+            "their n = 50 and 100 cells are.\n\n"
             + table(["model", "n", "validation RMSE (noisy)", "test RMSE (noisy)"], rows))
 
 
-def _unit(name):
-    """(model, n, seed) of a Table 2 unit's name (experiment.unit_name's)."""
-    model, n, seed = re.fullmatch(r"(.+)_n(\d+)_seed(\d+)", name).groups()
-    return model, int(n), int(seed)
+def _label(model):
+    """Table 2's row label of a model (today's, whatever label a record was written with)."""
+    return LABELS.get(model, model)
 
 
 def restarts(record):
@@ -258,13 +259,14 @@ def restarts(record):
     found = {}
     for unit, summary in record["results"]["training"].items():
         if summary.get("start_scores"):
-            model, n, seed = _unit(unit)
+            model, n, seed = parse_unit_name(unit)
             found.setdefault((model, n), {})[seed] = summary
     if not found:
         return ""
     return ("The random starts of Table 2's models with restarts: " + STARTS_ABOUT + "\n\n"
-            + "\n".join(f"- {LABELS.get(model, model)}, n = {n}: {_starts(trained)}"
-                         for (model, n), trained in sorted(found.items())))
+            + "\n".join(f"- {_label(model)}, n = {n}: {_starts(trained)}"
+                         for (model, n), trained in sorted(
+                             found.items(), key=lambda kv: (MODELS.index(kv[0][0]), kv[0][1]))))
 
 
 def section(runs):
