@@ -104,12 +104,15 @@ def by_direction(record):
     """Noise-free RMSE per direction of the test spirals (mean over seeds), where measured."""
     rows = [[model, n, means["counter-clockwise"], means["clockwise"]]
             for model, n, means in _seed_means(record, "rmse_clean_by_direction")]
-    if not rows:
-        return ""
-    return ("Noise-free RMSE per direction of the test spirals (mean over the seeds of Table 2; "
-            "the clockwise arm's radius grows as 1/angle, to 15 at its far end, the "
-            "counter-clockwise arm's in proportion to the angle, to 5.7):\n\n"
-            + table(["model", "n", "counter-clockwise", "clockwise"], rows))
+    return _captioned("Noise-free RMSE per direction of the test spirals (mean over the seeds of "
+                      "Table 2; the clockwise arm's radius grows as 1/angle, to 15 at its far "
+                      "end, the counter-clockwise arm's in proportion to the angle, to 5.7):",
+                      ["model", "n", "counter-clockwise", "clockwise"], rows)
+
+
+def _captioned(caption, header, rows):
+    """A caption and its table; nothing where there are no rows (a record without them)."""
+    return f"{caption}\n\n" + table(header, rows) if rows else ""
 
 
 def by_horizon(record):
@@ -236,17 +239,16 @@ def selection(record):
     though biased low for each (its own best checkpoint and start)."""
     rows = [[model, n, mean, fmt(record["results"]["table2_rmse"][model][n]["rmse_noisy"])]
             for model, n, mean in _seed_means(record, "best_validation_rmse_noisy")]
-    if not rows:
-        return ""
-    return ("Model selection: each model's validation RMSE against the noisy points at the "
-            "parameters it selected (solved at the training tolerance) beside their test RMSE "
-            "against the noisy points (mean over the seeds of Table 2). The validation spirals "
-            "picked each unit's parameters and random start, so each validation RMSE is its "
-            "unit's best (biased low); the test spirals picked nothing within a model. The "
-            "pilots that led to the two-layer and GRU models were compared on the n = 30 test "
-            "spirals, so those models' n = 30 test cells are not out of sample for that choice; "
-            "their n = 50 and 100 cells are.\n\n"
-            + table(["model", "n", "validation RMSE (noisy)", "test RMSE (noisy)"], rows))
+    return _captioned(
+        "Model selection: each model's validation RMSE against the noisy points at the "
+        "parameters it selected (solved at the training tolerance) beside their test RMSE "
+        "against the noisy points (mean over the seeds of Table 2). The validation spirals "
+        "picked each unit's parameters and random start, so each validation RMSE is its "
+        "unit's best (biased low); the test spirals picked nothing within a model. The "
+        "pilots that led to the two-layer and GRU models were compared on the n = 30 test "
+        "spirals, so those models' n = 30 test cells are not out of sample for that choice; "
+        "their n = 50 and 100 cells are.",
+        ["model", "n", "validation RMSE (noisy)", "test RMSE (noisy)"], rows)
 
 
 def _label(model):
@@ -265,8 +267,13 @@ def restarts(record):
         return ""
     return ("The random starts of Table 2's models with restarts: " + STARTS_ABOUT + "\n\n"
             + "\n".join(f"- {_label(model)}, n = {n}: {_starts(trained)}"
-                         for (model, n), trained in sorted(
-                             found.items(), key=lambda kv: (MODELS.index(kv[0][0]), kv[0][1]))))
+                         for (model, n), trained in sorted(found.items(), key=_table_order)))
+
+
+def _table_order(item):
+    """Sort key of ((model, n), ...): Table 2's model order (a retired model last), then n."""
+    (model, n), _ = item
+    return MODELS.index(model) if model in MODELS else len(MODELS), n
 
 
 def section(runs):
