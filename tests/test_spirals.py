@@ -446,8 +446,9 @@ def test_smoke_run_writes_results_and_resume_gives_the_same_numbers(tmp_path):
     assert _run(tmp_path, "whole") == 0
     record = json.loads((tmp_path / "whole" / "results.json").read_text())
     table = record["results"]["table2_rmse"]
-    latent = ["Latent ODE", "Latent ODE, window ELBO", "Latent ODE, two-layer dynamics, restarts",
-              "Latent ODE, two-layer dynamics, GRU encoder, 6 starts"]
+    latent = ["Latent ODE", "Latent ODE, tanh RNN encoder, 3 starts",
+              "Latent ODE, one-layer dynamics, tanh RNN encoder, 1 start",
+              "Latent ODE, one-layer dynamics, tanh RNN encoder, 1 start, window ELBO"]
     assert list(table) == ["RNN", "RNN + dt"] + [
         row for label in latent for row in (label, f"{label}, z0 by MAP")] + [
         "Last observation", "Linear extrapolation"]
@@ -494,10 +495,11 @@ def test_smoke_run_writes_results_and_resume_gives_the_same_numbers(tmp_path):
     assert gru["best_validation_rmse_noisy_seeds"] == [final.load()["best"]["score"]]
     for f in ("fig9.png", "fig10.png", "training.png"):
         assert (tmp_path / "whole" / f).stat().st_size > 10_000
-    # killed in the middle of the first latent ODE (after 5 + 5 + 3 iterations; its last
-    # checkpoint is at 2), then resumed: validation, learning-rate decay and clipping included
+    # killed in the middle of the one-layer latent ODE (after 5 + 5 iterations of the RNNs, 6 x 2
+    # + 3 of the GRU model, 3 x 2 + 3 of the two-layer one and 3 of its own; its last checkpoint
+    # is at 2), then resumed: validation, learning-rate decay and clipping included
     with pytest.raises(KeyboardInterrupt):
-        _run(tmp_path, "split", "--stop-after", "13")
+        _run(tmp_path, "split", "--stop-after", "37")
     assert _run(tmp_path, "split", "--resume") == 0
     resumed = json.loads((tmp_path / "split" / "results.json").read_text())
     assert resumed["results"]["table2_rmse"] == table
@@ -517,7 +519,7 @@ def test_inference_gap_fits_z0_per_test_spiral_and_leaves_table2_alone(tmp_path)
         assert list(by_start) == ["recognition network", "fitted to the noisy observations",
                                   "fitted to the noise-free window",
                                   "fitted to the noise-free window and extrapolation"]
-        # the recognition network's z0 is Table 2's latent ODE (seed 0)
+        # the recognition network's z0 is Table 2's "Latent ODE" (seed 0)
         assert by_start["recognition network"]["rmse_clean"] == pytest.approx(
             table["Latent ODE"][n]["rmse_clean_seeds"][0], rel=1e-9)
         # the last fit minimises the error at every point, from the recognition network's z0
@@ -526,7 +528,7 @@ def test_inference_gap_fits_z0_per_test_spiral_and_leaves_table2_alone(tmp_path)
             both["recognition network"] * (1 + 1e-6))
         assert (by_start["fitted to the noise-free window"]["rmse_clean_window"]
                 <= by_start["recognition network"]["rmse_clean_window"] * (1 + 1e-6))
-        assert record["results"]["models"][n]["unit"] == f"latent_ode_n{n}_seed0"
+        assert record["results"]["models"][n]["unit"] == f"latent_ode_gru_n{n}_seed0"
 
 
 @pytest.mark.slow
@@ -580,7 +582,7 @@ def test_table2_means_only_the_finished_seeds_and_lists_the_others(tmp_path):
     assert dt["unfinished_seeds"]["1"]["iterations"] == 2 and dt["unfinished_seeds"]["1"]["of"] == 5
     assert dt["rmse_clean"] != dt["unfinished_seeds"]["1"]["rmse_clean"]
     assert table["Latent ODE"]["100"]["unfinished_seeds"]["1"]["iterations"] == 0  # not started
-    assert table["Latent ODE, window ELBO"]["30"]["seeds"] == [0]  # one seed by design
+    assert table[SM.LABELS["latent_ode_elbo"]]["30"]["seeds"] == [0]  # one seed by design
     assert "rnn_dt_n30_seed1 2 of 5" in record["note"]
     from reproduce.spirals.report import unfinished_note
     assert unfinished_note(dt) == "; 1 of 2 seeds finished"
@@ -661,7 +663,8 @@ def test_a_pilot_trains_its_own_unit_from_table2s_draws_and_leaves_table2_alone(
     r = cell["by_seed"]["0"]
     assert cell["seeds"] == [0] and list(cell["by_seed"]) == ["0"]
     assert r["unit"] == "pilot_unchanged_n30_seed0" and r["iterations"] == r["of"] == 5
-    assert r["rmse_clean"] == cell["rmse_clean"] == table["Latent ODE"]["30"]["rmse_clean_seeds"][0]
+    one_layer = SM.LABELS["latent_ode"]  # the model the "unchanged" pilot changes
+    assert r["rmse_clean"] == cell["rmse_clean"] == table[one_layer]["30"]["rmse_clean_seeds"][0]
     assert r["inference_gap"]["recognition network"]["rmse_clean"] == pytest.approx(
         r["rmse_clean"], rel=1e-9)
     assert cell["inference_gap"] == r["inference_gap"]  # the mean over one seed
@@ -687,7 +690,7 @@ def test_a_pilot_trains_its_own_unit_from_table2s_draws_and_leaves_table2_alone(
     assert (f"| unchanged_2l | 30 | 0 | {x2l:.3f} ({c2l['rmse_noisy']:.3f}) | {x2l:.3f} | "
             f"{c2l['map_z0']['rmse_clean']:.3f} | {x2l:.3f} ({x2l:.3f}) |") in text
     x, noisy, by_map = r["rmse_clean"], r["rmse_noisy"], same["by_n"]["30"]["map_z0"]["rmse_clean"]
-    assert by_map == table["Latent ODE, z0 by MAP"]["30"]["rmse_clean_seeds"][0] != x
+    assert by_map == table[f"{one_layer}, z0 by MAP"]["30"]["rmse_clean_seeds"][0] != x
     assert (f"| unchanged | 30 | 0 | {x:.3f} ({noisy:.3f}) | {x:.3f} | {by_map:.3f} | "
             f"{x:.3f} ({x:.3f}) |") in text
     assert r["last_iterate"]["rmse_clean"] > 0
@@ -699,7 +702,7 @@ def test_a_pilot_trains_its_own_unit_from_table2s_draws_and_leaves_table2_alone(
     assert _run(tmp_path, "g", "--resume", "--evaluate-only", "--pilot", "unchanged") == 0
     cell = json.loads((tmp_path / "g" / "pilot_unchanged.json").read_text())["results"][
         "by_n"]["30"]
-    t2 = table["Latent ODE"]["30"]
+    t2 = table[one_layer]["30"]
     assert cell["seeds"] == t2["seeds"] == [0, 1] and list(cell["by_seed"]) == ["0", "1"]
     for key in ("rmse_clean", "rmse_clean_sd", "rmse_clean_seeds", "rmse_noisy"):
         assert cell[key] == t2[key], key
@@ -713,7 +716,7 @@ def test_a_pilot_trains_its_own_unit_from_table2s_draws_and_leaves_table2_alone(
             f"{a:.3f}, {b:.3f} | {cell['map_z0']['rmse_clean']:.3f} | "
             f"{(a + b) / 2:.3f} ({a:.3f}, {b:.3f}) |") in text
     # the seeds' spread quoted beside the pilots is the record's, not a number in the code
-    assert (f"sample sd of {table['Latent ODE']['30']['rmse_clean_sd']:.3f} (\"Latent ODE\", "
+    assert (f"sample sd of {t2['rmse_clean_sd']:.3f} (\"{one_layer}\", "
             "n = 30)" in text)
     # a pilot's checkpoint refuses other settings, its architecture included
     monkeypatch.setitem(SE.PILOTS, "two_layer_dynamics", {"overrides": {"dyn_hidden": [20, 9]},

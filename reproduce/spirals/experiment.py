@@ -17,6 +17,8 @@ observations backwards with their time gaps, 4-d latent, dynamics and decoder wi
 layer of 20 units); an RNN with 25 hidden units trained by Gaussian negative log-likelihood to
 predict the next observation; the same RNN with the time gap to the next observation as an extra
 input. Table 2: RMSE of each model's predictions at the 100 extrapolation times of the test set.
+Table 2's "Latent ODE" takes the public example's two-layer dynamics, a GRU recognition network
+and random restarts (CHOICES); the latent ODEs without them are rows beside it.
 """
 import os
 import re
@@ -29,7 +31,8 @@ from reproduce.latent import (PAPER_TOL, add_solver_args, measure_solvers, solve
 
 from .data import N_OBS, SPIRAL, make_dataset, observed
 from .figures import figure_9, figure_10, figure_training
-from .models import (HIDDEN_MLP, HIDDEN_RNN, LABELS, LATENT, LATENT_MODELS, MAP_LABEL, MODELS,
+from .models import (HIDDEN_MLP, HIDDEN_RNN, LABELS, LATENT, LATENT_MODELS, LATENT_ODE,
+                     MAP_LABEL, MODELS,
                      X_SCALE, decode, evaluate, fit_z0, init_latent_ode, init_rnn_baseline,
                      latent_ode_objective, mean_gap, posterior, rmse, rnn_objective, score)
 
@@ -138,54 +141,52 @@ CHOICES = {
                        "iterations) with the lowest validation RMSE against the noisy points "
                        "(what an experimenter can measure); the last iterate's test RMSE is kept "
                        "in the results too",
-    "latent ODE": f"recognition RNN tanh, {HIDDEN_RNN} hidden, input [x_i, t_i - t_(i-1)] read "
-                  "from the last observation back to the first (t_0 = 0 before the first), "
-                  f"linear read-out to mean and log-variance of q(z0); latent {LATENT}; dynamics "
-                  f"{LATENT}-{HIDDEN_MLP}-{LATENT} ELU (the paper's one hidden layer; the public "
-                  f"example has two); decoder {LATENT}-{HIDDEN_MLP}-2 ReLU; Gaussian likelihood "
-                  f"with fixed std {SPIRAL['noise_std']:g} (the data noise, as in the public "
-                  "example); prior N(0, I); ELBO with one reparameterised sample per "
-                  "series and the KL in closed form; predictions from z0 = the posterior mean, "
-                  "solved over t_0..t_199 and decoded (Figure 9(b) decodes a posterior sample, "
-                  "as the paper's caption says)",
+    "latent ODE": f"Table 2's 'Latent ODE': recognition network a GRU, {HIDDEN_RNN} hidden (the "
+                  "paper: 'an RNN with 25 hidden units'; the authors' public example: a tanh "
+                  "RNN), input [x_i, t_i - t_(i-1)] read from the last observation back to the "
+                  "first (t_0 = 0 before the first), linear read-out to mean and log-variance "
+                  f"of q(z0); latent {LATENT}; dynamics {LATENT}-{HIDDEN_MLP}-{HIDDEN_MLP}-"
+                  f"{LATENT} ELU (the public example's; the paper: one hidden layer); decoder "
+                  f"{LATENT}-{HIDDEN_MLP}-2 ReLU; Gaussian likelihood with fixed std "
+                  f"{SPIRAL['noise_std']:g} (the data noise, as in the public example); prior "
+                  "N(0, I); ELBO with one reparameterised sample per series and the KL in "
+                  "closed form; predictions from z0 = the posterior mean, solved over "
+                  "t_0..t_199 and decoded (Figure 9(b) decodes a posterior sample, as the "
+                  "paper's caption says)",
     "latent ODE objective": "the paper trains the latent ODE as a VAE on the observed window: "
                             "its recognition network reads every observation and the "
-                            "likelihood scores them all ('Latent ODE, window ELBO', the first "
+                            "likelihood scores them all (the 'window ELBO' row, the first "
                             "seed only). Nothing in that objective asks z0 to carry a series "
                             "past its window, and in a pilot at n = 30 its validation RMSE "
                             "stalled for thousands of iterations while its training loss still "
-                            "fell. 'Latent ODE' is the same model trained so that each series' "
+                            "fell. Every other latent row is trained so that each series' "
                             "recognition network reads only its observations up to a time drawn "
                             "uniformly from the last "
-                            f"{1 - TRAINING['latent_ode']['encode_cut']:.0%} of the window, the "
+                            f"{1 - TRAINING[LATENT_ODE]['encode_cut']:.0%} of the window, the "
                             "likelihood still scoring all of them; at test time it reads every "
-                            "observation. Both rows are in Table 2",
-    "two-layer latent ODE": "'Latent ODE, two-layer dynamics, restarts' is 'Latent ODE' (the same "
-                            "data, objective, recognition network, decoder, schedule and "
-                            "selection) with the two changes the n = 30 pilots below pointed "
-                            f"to: dynamics {LATENT}-{HIDDEN_MLP}-{HIDDEN_MLP}-{LATENT} ELU (the "
-                            "authors' public example; the paper says one hidden layer), whose "
-                            "flow the observation window pins far better (pilot "
-                            "two_layer_dynamics: its z0 fitted to the noise-free window "
-                            "extrapolates well where the one-layer model's does not); and "
-                            "random restarts, as one of that pilot's seeds stalled in a poor "
-                            "basin early: the unit trains `starts` draws for the first "
-                            "start_iters steps of the schedule (training), and the one with the "
-                            "lowest validation RMSE goes on to the end with its optimiser state "
-                            "(the other starts' time counted in its training time); its adjoint "
-                            "solved by rkf23 (see solver)",
-    "GRU latent ODE": f"'{LABELS['latent_ode_gru']}' is '{LABELS['latent_ode_2l']}' with the "
-                      f"recognition network a GRU with {HIDDEN_RNN} hidden units (the paper: 'an "
-                      "RNN with 25 hidden units'; the public example: a vanilla tanh RNN) and 6 "
-                      "random starts where that model has 3. Pilots at n = 30 pointed to both: "
-                      "the GRU encoder (pilot gru_encoder) lowered two of three seeds' RMSE, and "
-                      "the third (seed 1) stayed in a poor basin because all 3 of its starts "
-                      "ended the start phase there; with 6 starts each seed had a good one. "
-                      "Its units draw from the generators of the two-layer model's units of the "
-                      "same n and seed (as pilot gru_encoder does: its first 3 starts are that "
-                      "pilot's). Some of its units were first trained as the units of a pilot "
-                      "with these settings and draws (gru_encoder_6_starts) and then renamed: "
-                      "such a pilot trains this model's units to the last digit (tested)",
+                            "observation",
+    "latent ODE rows": f"'{LABELS['latent_ode']}' is the paper's architecture (dynamics "
+                       f"{LATENT}-{HIDDEN_MLP}-{LATENT} ELU, the public example's tanh RNN "
+                       "encoder) trained once per seed. The n = 30 pilots below then pointed "
+                       f"to four changes, taken in two rows: '{LABELS['latent_ode_2l']}' "
+                       "has two-layer dynamics, whose flow the observation window pins far "
+                       "better (pilot two_layer_dynamics: its z0 fitted to the noise-free "
+                       "window extrapolates well where the one-layer model's does not), and "
+                       "random restarts, as one of that pilot's seeds stalled in a poor basin "
+                       "early: the unit trains `starts` draws for the first start_iters steps "
+                       "of the schedule (training), and the one with the lowest validation RMSE "
+                       "goes on to the end with its optimiser state (the other starts' time "
+                       "counted in its training time); 'Latent ODE' has besides a GRU encoder, "
+                       "which lowered two of three seeds' RMSE (pilot gru_encoder), and 6 starts "
+                       "where that row has 3: the third seed (seed 1) had stayed in a poor "
+                       "basin because all 3 of its starts ended the start phase there, and with "
+                       "6 starts each seed had a good one. The rows with restarts solve the adjoint by rkf23 "
+                       "(see solver). 'Latent ODE' draws from the generators of the units of "
+                       f"'{LABELS['latent_ode_2l']}' of the same n and seed (as pilot "
+                       "gru_encoder does: its first 3 starts are that pilot's). Some of its "
+                       "units were first trained as the units of a pilot with its settings and "
+                       "draws (gru_encoder_6_starts) and then renamed: such a pilot trains this "
+                       "model's units to the last digit (tested)",
     "RNN baselines": f"vanilla tanh RNN, {HIDDEN_RNN} hidden, reading the observations "
                      "forwards, linear "
                      "read-out to the mean and log-std of a Gaussian over the next observation, "
@@ -536,15 +537,15 @@ def main(argv=None):
     step30 = mean_gap(observed(data, 30, data["train"])[1])
     figure_9(run.path("fig9.png"), data, {m: best[m, 30] for m in MODELS}, eval_solver,
              s0 + 2, step=step30)
-    fig10 = figure_10(run.path("fig10.png"), data, best["latent_ode", 30], eval_solver)
+    fig10 = figure_10(run.path("fig10.png"), data, best[LATENT_ODE, 30], eval_solver)
     figure_training(run.path("training.png"), histories)
 
-    params30 = best["latent_ode", 30]
-    xs30, times30 = observed(data, 30, data["train"][:TRAINING["latent_ode"]["batch_size"]
+    params30 = best[LATENT_ODE, 30]
+    xs30, times30 = observed(data, 30, data["train"][:TRAINING[LATENT_ODE]["batch_size"]
                                                      or len(data["train"])])
     speed = measure_solvers(lambda sv: latent_ode_objective(xs30, times30, sv), params30,
                             sorted({solver["rtol"], PAPER_TOL}))
-    tolerance_effect = [dict(tol=t, **evaluate("latent_ode", params30, data, 30,
+    tolerance_effect = [dict(tol=t, **evaluate(LATENT_ODE, params30, data, 30,
                                                dict(solver, rtol=t, atol=t), s0 + 1))
                         for t in (PAPER_TOL, 1e-6, 1e-5, 1e-4)]
 
@@ -571,12 +572,13 @@ def main(argv=None):
                      "iterations, gradients by the adjoint at the training tolerance) from the "
                      "recognition network's mean; it reads the test observations only. The "
                      "paper predicts from the recognition network (the plain rows)",
-        "solver": solver_text + f"; the adjoint solved by {ADJOINT_METHOD} (by "
-                                f"{TRAINING['latent_ode_2l']['adjoint_method']} for "
-                                f"{LABELS['latent_ode_2l']}); every test number evaluated at "
-                                f"the paper's {PAPER_TOL:g}",
+        "solver": solver_text + f"; the adjoint solved by {ADJOINT_METHOD} ("
+                  + "; ".join(f"by {TRAINING[m]['adjoint_method']} for {LABELS[m]}"
+                              for m in MODELS if "adjoint_method" in TRAINING[m])
+                  + f"); every test number evaluated at the paper's {PAPER_TOL:g}",
         "solver measurements": "solver_speed_latent_ode_n30: seconds and NFE of one training "
-                               "gradient of the trained n = 30 latent ODE (one minibatch) per "
+                               f"gradient of {unit_name(LATENT_ODE, 30, s0)} (Table 2's "
+                               "'Latent ODE' at n = 30; one minibatch) per "
                                "method, tolerance and adjoint norm; "
                                "tolerance_effect_latent_ode_n30: its test RMSE and ELBO (same "
                                "noise) evaluated at each tolerance",
@@ -594,19 +596,19 @@ def main(argv=None):
     }, choices=choices)
     print(f"spirals: wrote {run.out_dir}", flush=True)
     if run.args.inference_gap:
-        maxiter, ode = FIT_ITERS[run.mode], {n: states["latent_ode", n, s0] for n in N_OBS}
+        maxiter, ode = FIT_ITERS[run.mode], {n: states[LATENT_ODE, n, s0] for n in N_OBS}
         run.save_results({
             "inference_gap": {str(n): inference_gap(best_params(st), data, n,
                                                     eval_solver, solver, maxiter)
                               for n, st in ode.items()},
-            "models": {str(n): {"unit": unit_name("latent_ode", n, s0), "iterations": st["step"],
+            "models": {str(n): {"unit": unit_name(LATENT_ODE, n, s0), "iterations": st["step"],
                                 "best_step": (st["best"] or {}).get("step")}
                        for n, st in ode.items()},
         }, choices={"fits": f"z0 of each test spiral fitted by L-BFGS (at most {maxiter} "
                             f"iterations, squared error, gradients by the adjoint at the "
                             f"training tolerance {solver['rtol']:g}) from the recognition "
                             "network's posterior mean; every path then solved at the paper's "
-                            f"{PAPER_TOL:g}; the first seed's model ({LABELS['latent_ode']}, its "
+                            f"{PAPER_TOL:g}; the first seed's model ({LABELS[LATENT_ODE]}, its "
                             "validated best parameters) at each n"},
             filename="inference_gap.json")
         print(f"spirals: wrote {run.path('inference_gap.json')}", flush=True)

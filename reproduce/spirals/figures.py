@@ -4,8 +4,8 @@ import numpy as np
 from reproduce.common import pyplot, save_figure
 
 from .data import N_OBS, SPIRAL, observed
-from .models import (LABELS, LATENT, LATENT_MODELS, MODELS, decode, decoded_direction,
-                     latent_ode_predict, posterior, rnn_predict)
+from .models import (LABELS, LATENT, LATENT_MODELS, LATENT_ODE, MODELS, decode,
+                     decoded_direction, latent_ode_predict, posterior, rnn_predict)
 
 
 def figure_9(path, data, models, solver, seed, n=30, step=None):
@@ -17,7 +17,7 @@ def figure_9(path, data, models, solver, seed, n=30, step=None):
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.8))
     rnn_recon, rnn_extrap = rnn_predict(models["rnn_dt"], xs, times, data["t"][w:], True, step)
     eps = np.random.RandomState(seed).randn(len(picks), LATENT)
-    ode_path, _ = latent_ode_predict(models["latent_ode"], xs, times, data["t"], solver, eps)
+    ode_path, _ = latent_ode_predict(models[LATENT_ODE], xs, times, data["t"], solver, eps)
     for ax, title, recon, extrap in (
             (axes[0], "(a) RNN + dt", rnn_recon, rnn_extrap),
             (axes[1], "(b) Latent ODE", ode_path[:, :w], ode_path[:, w:])):
@@ -36,7 +36,7 @@ def figure_9(path, data, models, solver, seed, n=30, step=None):
         ax.set_aspect("equal", adjustable="datalim")
         ax.legend(fontsize=8, loc="upper left")
     xs_all, times_all = observed(data, n, test)
-    _, zs = latent_ode_predict(models["latent_ode"], xs_all, times_all, data["t"], solver)
+    _, zs = latent_ode_predict(models[LATENT_ODE], xs_all, times_all, data["t"], solver)
     for d, colour, label in ((-1, "tab:blue", "clockwise"), (1, "tab:red", "counter-clockwise")):
         rows = np.flatnonzero(data["direction"][test] == d)
         for j, r in enumerate(rows):
