@@ -313,9 +313,9 @@ def inference_gap(params, data, n, solver, fit_solver, maxiter):
     """Where a latent ODE's extrapolation error comes from. Its noise-free test RMSE over the
     extrapolation and inside the window, from z0 = the recognition network's posterior mean
     (Table 2's), and from z0 fitted (fit_z0, from that mean) to: the same n noisy observations
-    (the best inference from what the network reads), the window's noise-free points (the best
-    any data in the window allows), all window and extrapolation noise-free points (what the
-    trained dynamics and decoder can represent at all)."""
+    (the closest fit to what the network reads, noise included: no prior), the window's
+    noise-free points (the best any data in the window allows), all window and extrapolation
+    noise-free points (what the trained dynamics and decoder can represent at all)."""
     rows, w, t = data["test"], SPIRAL["window"], data["t"]
     xs, times = observed(data, n, rows)
     clean = data["clean"][rows]
