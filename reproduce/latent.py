@@ -315,7 +315,7 @@ def solver_from_args(args, default_tol):
     if tol == PAPER_TOL:
         text += "the paper's tolerance"
     else:
-        text += (f"looser than the paper's {PAPER_TOL:g} to fit a reduced run in its time; the "
+        text += (f"looser than the paper's {PAPER_TOL:g} to fit the training in its time; the "
                  "trained model evaluated at several tolerances is in the results "
                  "(tolerance_effect*)")
     return solver, text

@@ -178,7 +178,7 @@ CHOICES = {
                        "goes on to the end with its optimiser state (the other starts' time "
                        "counted in its training time); 'Latent ODE' has besides a GRU encoder, "
                        "which lowered two of three seeds' RMSE (pilot gru_encoder), and 6 starts "
-                       "where that row has 3: the third seed (seed 1) had stayed in a poor "
+                       "where that row has 3: the second seed (seed 1) had stayed in a poor "
                        "basin because all 3 of its starts ended the start phase there, and with "
                        "6 starts each seed had a good one. The rows with restarts solve the "
                        "adjoint by rkf23 (see solver). 'Latent ODE' draws from the generators "
