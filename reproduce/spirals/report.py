@@ -133,30 +133,14 @@ def by_horizon(record):
                                                 for k in range(len(rows[0]) - 3)], rows))
 
 
-def _gap(record):
-    """inference_gap.json beside the record (written by --inference-gap), or None."""
+def inference_gap(record):
+    """The latent ODE extrapolating from fitted z0 (inference_gap.json beside the record, written
+    by --inference-gap), if there is one."""
     path = os.path.join(FIGURES, record.get("folder", ""), "inference_gap.json")
     if not os.path.exists(path):
-        return None
-    with open(path) as f:
-        return json.load(f)
-
-
-def _whole_command(record):
-    """The record with the duration of its whole command: a run with --inference-gap writes the
-    results before the fits and inference_gap.json, with the command's full time, after them."""
-    gap = _gap(record)
-    if (gap and gap.get("command") == record.get("command")
-            and gap.get("date", "") >= record.get("date", "")):
-        return dict(record, duration_s=gap["duration_s"])
-    return record
-
-
-def inference_gap(record):
-    """The latent ODE extrapolating from fitted z0 (inference_gap.json), if there is one."""
-    gap = _gap(record)
-    if gap is None:
         return ""
+    with open(path) as f:
+        gap = json.load(f)
     by_n = gap["results"]["inference_gap"]
     ns = sorted(by_n, key=int)
     rows = [[start] + [f"{fmt(by_n[n][start]['rmse_clean'])} "
@@ -300,7 +284,7 @@ def section(runs):
         return not_run(TITLE)
     return "\n\n".join(part for part in [
         f"## {TITLE}",
-        run_line(_whole_command(record), trained_seconds(record)),
+        run_line(record, trained_seconds(record)),
         "Predictive RMSE at the 100 extrapolation times of the test set against the noise-free "
         "points: mean ± sample sd over the training seeds, and in brackets against the noisy "
         "points. The published numbers can only be noise-free ones: with noise std 0.3 no "
@@ -347,5 +331,4 @@ def summary(runs):
 
 
 def durations(runs):
-    return [duration_row("spirals", _whole_command(r), trained_seconds(r))
-            for _, r in sorted(runs.items())]
+    return [duration_row("spirals", r, trained_seconds(r)) for _, r in sorted(runs.items())]
