@@ -1,17 +1,13 @@
 """The generated blocks of docs/benchmarks.md, from the benchmarks' JSON files in
 figures/benchmarks/ (written by the scripts in benchmarks/)."""
-import json
 import os
 
+from reproduce.common import read_json
 from reproduce.markdown import FIGURES, fmt, table
 
 
 def benchmark(name):
-    path = os.path.join(FIGURES, "benchmarks", f"{name}.json")
-    if not os.path.exists(path):
-        return None
-    with open(path) as f:
-        return json.load(f)
+    return read_json(os.path.join(FIGURES, "benchmarks", f"{name}.json"))
 
 
 def spiral_demo_block():

@@ -1,10 +1,9 @@
 """What the report sections share: reading an experiment's results files, and markdown tables,
 numbers, run lines and figure links."""
-import json
 import os
 import re
 
-from reproduce.common import ROOT
+from reproduce.common import ROOT, read_json
 
 FIGURES = os.path.join(ROOT, "figures")
 PREFERENCE = ("full", "quick", "smoke")  # the run a section shows when there are several
@@ -15,10 +14,8 @@ def load(name, modes=("full", "quick")):
     runs = {}
     for mode in modes:
         folder = name if mode == "full" else f"{name}/{mode}"
-        path = os.path.join(FIGURES, folder, "results.json")
-        if os.path.exists(path):
-            with open(path) as f:
-                record = json.load(f)
+        record = read_json(os.path.join(FIGURES, folder, "results.json"))
+        if record is not None:
             record["folder"] = folder
             runs[record.get("mode", mode)] = record
     return runs

@@ -1,9 +1,9 @@
 """The spirals section of the report: Table 2 beside the published numbers, Figures 9 and 10,
 the solver measurements and the reproduction choices."""
-import json
 import os
 
 from reproduce import published
+from reproduce.common import read_json
 from reproduce.latent import solver_speed_block
 from .data import SPIRAL
 from .experiment import parse_unit_name
@@ -136,11 +136,9 @@ def by_horizon(record):
 def inference_gap(record):
     """The latent ODE extrapolating from fitted z0 (inference_gap.json beside the record, written
     by --inference-gap), if there is one."""
-    path = os.path.join(FIGURES, record.get("folder", ""), "inference_gap.json")
-    if not os.path.exists(path):
+    gap = read_json(os.path.join(FIGURES, record.get("folder", ""), "inference_gap.json"))
+    if gap is None:
         return ""
-    with open(path) as f:
-        gap = json.load(f)
     by_n = gap["results"]["inference_gap"]
     ns = sorted(by_n, key=int)
     rows = [[start] + [f"{fmt(by_n[n][start]['rmse_clean'])} "
@@ -175,8 +173,7 @@ def pilots(record):
         return ", ".join(fmt(v) for v in values)
 
     for filename in names:
-        with open(os.path.join(folder, filename)) as f:
-            pilot = json.load(f)
+        pilot = read_json(os.path.join(folder, filename))
         name, by_n = pilot["results"]["pilot"], pilot["results"]["by_n"]
         some_seed = next(iter(next(iter(by_n.values()))["by_seed"].values()))
         model = _label(parse_unit_name(some_seed["table2_unit"])[0])  # the model it changes
