@@ -92,6 +92,43 @@ def test_held_out_window_log_likelihood_closed_forms():
         PM.window_log_likelihood(events, t_grid, flat, 0.0, 13.0)
 
 
+def test_evaluate_scores_each_fresh_sequence_under_its_own_intensity(monkeypatch):
+    """evaluate's held-out log-likelihoods are, per window, the mean over intensities of the mean
+    over that intensity's own fresh sequences (the true intensity's against a hand computation);
+    a learned intensity equal to the truth scores as the truth, with no L2 error, and a learned
+    intensity that pairs each sequence with another's scores lower."""
+    data = PD.make_dataset(3, n_fresh=4)
+    assert np.ptp(data["r"]) > 0.2 or np.ptp(data["phi"]) > 0.5  # really different intensities
+    params = PM.init_model(np.random.RandomState(0), 3)
+    n_grid = 2001
+    t_grid = np.linspace(0.0, data["t_extrap"], n_grid)
+    truth = np.stack([PD.true_intensity(t_grid, r, phi) for r, phi in zip(data["r"], data["phi"])])
+
+    def by_hand(curves, t0, t1):
+        return np.mean([np.mean([PM.window_log_likelihood(e, t_grid, curves[k], t0, t1)
+                                 for e in data["fresh"][k]]) for k in range(3)])
+
+    for learned, same in ((truth, True), (truth[[1, 2, 0]], False)):
+        monkeypatch.setattr(PM, "learned_intensity", lambda *a, curves=learned: curves)
+        res, (grid, got, true) = PM.evaluate(params, data, TIGHT, seed=0, n_grid=n_grid)
+        np.testing.assert_array_equal(grid, t_grid)
+        assert res["fresh_sequences_per_intensity"] == 4
+        for window, (t0, t1) in (("held_out", (0.0, data["t_end"])),
+                                 ("held_out_extrapolated", (data["t_end"], data["t_extrap"]))):
+            assert res[f"log_likelihood_{window}_true"] == pytest.approx(
+                by_hand(truth, t0, t1), rel=1e-12)
+            if same:
+                assert (res[f"log_likelihood_{window}_learned"]
+                        == res[f"log_likelihood_{window}_true"])
+        if same:
+            assert res["intensity_relative_l2_error"] == 0.0
+            assert res["extrapolated_intensity_relative_l2_error"] == 0.0
+            assert res["log_likelihood_in_sample_learned"] == res["log_likelihood_in_sample_true"]
+        else:
+            assert res["log_likelihood_held_out_learned"] < res["log_likelihood_held_out_true"]
+            assert res["intensity_relative_l2_error"] > 0.1
+
+
 def test_fresh_sequences_follow_the_same_intensities_and_leave_training_data_alone():
     small, big = PD.make_dataset(4, n_fresh=0), PD.make_dataset(4, n_fresh=300)
     for a, b in zip(small["events"], big["events"]):
@@ -185,3 +222,24 @@ def test_resume_refuses_a_checkpoint_made_with_other_settings(tmp_path, capsys):
                     "tol: 0.01 there, None here"):
         assert setting in err
     assert not (tmp_path / "o" / "results.json").exists()
+
+
+def test_the_report_words_the_log_likelihoods_from_their_numbers():
+    from reproduce.poisson.report import reading
+    res = {f"log_likelihood_{w}_{k}": v for w, vals in (
+        ("in_sample", (8.5, 5.8, -0.6)), ("held_out", (4.25, 6.8, -0.6)),
+        ("held_out_extrapolated", (0.2, 2.25, 0.5))) for k, v in zip(
+        ("learned", "true", "constant"), vals)}
+    res["intensity_relative_l2_error_per_sequence"] = [0.1] * 16
+    text = reading(res)
+    assert "scores 2.700 above the true one" in text and "2.550 below the true one" in text
+    assert "2.050 below it in the extrapolated one" in text and "0.300 below a constant" in text
+    assert "over-fitting: each of the 16 sequences' z0" in text
+    del res["intensity_relative_l2_error_per_sequence"]
+    assert "each of the sequences' z0" in reading(res)
+    res.update(log_likelihood_held_out_learned=7.0,
+               log_likelihood_held_out_extrapolated_learned=0.5 + 1e-4)
+    text = reading(res)
+    assert "0.200 above the true one in the observed" in text and "level with a constant" in text
+    assert "over-fitting" not in text
+    assert "in sample only" in reading({"log_likelihood_in_sample_learned": 1.0})

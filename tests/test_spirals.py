@@ -343,6 +343,26 @@ def test_plain_rnn_steps_are_placed_at_its_training_gap():
     np.testing.assert_allclose(first[0, 0], 0.75 * xs[0, -1] + 0.25 * raw[0, 0], atol=1e-12)
 
 
+def test_rnn_dt_fed_the_true_gaps_reads_each_gap_to_the_next_time():
+    """rnn_dt_at_times feeds t_future[0] - t_last, then t_future's steps, and returns the raw
+    outputs at t_future: where the times fall on its stepping grid it is rnn_predict exactly."""
+    rng = np.random.RandomState(11)
+    p = SM.init_rnn_baseline(rng, True)
+    xs = rng.randn(2, 5, 2)
+    times = np.array([[0.0, 0.5, 1.0, 1.5, 2.0], [0.0, 1.0, 1.5, 2.5, 2.75]])
+    t_future = 3.0 + 0.25 * np.arange(6)
+    got = SM.rnn_dt_at_times(p, xs, times, t_future)
+    gaps = np.concatenate([np.diff(times, axis=1), np.array([[1.0], [0.25]]),
+                           np.full((2, 5), 0.25)], axis=1)
+    np.testing.assert_array_equal(got, SM.rnn_run(p, xs, gaps, 6, True)[1])
+    on_grid = times[1:, -1] + 0.25 * np.arange(1, 7)
+    np.testing.assert_allclose(SM.rnn_dt_at_times(p, xs[1:], times[1:], on_grid),
+                               SM.rnn_predict(p, xs[1:], times[1:], on_grid, True, 0.25)[1],
+                               rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="after every series' last observation"):
+        SM.rnn_dt_at_times(p, xs, times, [2.5, 3.0])
+
+
 # ---------------------------------------------------------------------------------------------
 # Scoring
 
@@ -584,6 +604,9 @@ def test_table2_means_only_the_finished_seeds_and_lists_the_others(tmp_path):
     assert dt["seeds"] == [0] and len(dt["rmse_clean_by_horizon_seeds"]) == 1
     assert dt["unfinished_seeds"]["1"]["iterations"] == 2 and dt["unfinished_seeds"]["1"]["of"] == 5
     assert dt["rmse_clean"] != dt["unfinished_seeds"]["1"]["rmse_clean"]
+    fed = table[SM.TRUE_GAPS_LABEL]["30"]  # the same units' other row: the same seeds
+    assert fed["seeds"] == [0] and fed["unfinished_seeds"]["1"]["iterations"] == 2
+    assert fed["rmse_clean"] != dt["rmse_clean"] and fed["best_step_seeds"] == dt["best_step_seeds"]
     assert table["Latent ODE"]["100"]["unfinished_seeds"]["1"]["iterations"] == 0  # not started
     assert table[SM.LABELS["latent_ode_elbo"]]["30"]["seeds"] == [0]  # one seed by design
     assert "rnn_dt_n30_seed1 2 of 5" in record["note"]
@@ -870,3 +893,95 @@ def test_map_convergence_counts_the_fits_and_names_how_the_others_stopped():
     assert text.endswith("largest |gradient| entry 1,000.")
     assert map_convergence({"results": {"table2_rmse": {"RNN": {"30": {}}}}}) == ""
 
+
+
+def test_an_rnn_pilot_retraces_table2s_unit_and_stretches_its_schedule(tmp_path, monkeypatch):
+    from reproduce.common import Checkpoint
+    from reproduce.spirals import experiment as SE
+    from reproduce.spirals.report import pilots
+    monkeypatch.setitem(SE.PILOTS, "unchanged_dt", {"model": "rnn_dt", "overrides": {},
+                                                    "about": "Table 2's settings",
+                                                    "shares": "every draw"})
+    monkeypatch.setitem(SE.PILOTS, "twice_dt", {"model": "rnn_dt",
+                                                "overrides": {"iters_factor": 2},
+                                                "about": "twice", "shares": "every draw"})
+    assert _run(tmp_path, "g", "--train-only", "rnn_dt", "--train-only-n", "30") == 0
+    assert _run(tmp_path, "g", "--resume", "--pilot", "unchanged_dt", "twice_dt",
+                "rnn_dt_third_iterations", "rnn_dt_lr_0.03") == 0
+    final = tmp_path / "g_ckpt" / "final"
+    table2 = Checkpoint(str(final / "rnn_dt_n30_seed0.ckpt")).load()
+    same = Checkpoint(str(final / "pilot_unchanged_dt_n30_seed0.ckpt")).load()
+    assert same["config"] == dict(table2["config"], model="pilot_unchanged_dt_n30_seed0")
+    assert all(np.array_equal(same["params"][k], table2["params"][k]) for k in table2["params"])
+    iters = SE.SETTINGS["smoke"]["iters"]["rnn_dt"]
+    assert table2["step"] == iters
+    # iters_factor sets the iterations (the learning rate decays over them), and only n_iters
+    # says so in the checkpoint's configuration
+    for name, factor in (("twice_dt", 2), ("rnn_dt_third_iterations", 1 / 3)):
+        unit = f"pilot_{name}_n30_seed0"
+        ckpt = Checkpoint(str(final / f"{unit}.ckpt")).load()
+        assert ckpt["step"] == ckpt["config"]["n_iters"] == round(factor * iters) != iters
+        assert ckpt["config"] == dict(table2["config"], model=unit, n_iters=ckpt["step"])
+    faster = Checkpoint(str(final / "pilot_rnn_dt_lr_0.03_n30_seed0.ckpt")).load()
+    assert (faster["config"]["lr"], faster["config"]["lr_final"]) == (0.03, 0.03 / 100)
+    assert faster["step"] == round(iters / 3)
+    out = json.loads((tmp_path / "g" / "pilot_twice_dt.json").read_text())
+    cell = out["results"]["by_n"]["30"]
+    assert cell["by_seed"]["0"]["of"] == 2 * iters and "inference_gap" not in cell
+    assert "map_z0" not in cell and "fits" not in out["choices"]
+    assert out["choices"]["training"].endswith(f"'iterations': {iters}}}")
+    # the report shows an RNN pilot beside its Table 2 unit, with no latent ODE columns
+    x = json.loads((tmp_path / "g" / "pilot_unchanged_dt.json").read_text())["results"][
+        "by_n"]["30"]["rmse_clean"]
+    text = pilots({"folder": str(tmp_path / "g"), "results": {"table2_rmse": {
+        "RNN + dt": {"30": {"seeds": [0], "rmse_clean_seeds": [x], "rmse_clean": x}}}}})
+    assert f"| unchanged_dt | 30 | 0 | {x:.3f} (" in text
+    assert f"| {x:.3f} | - | {x:.3f} ({x:.3f}) | - | - | - |" in text
+
+
+def test_the_report_says_where_map_raises_or_lowers_the_latent_odes_rmse():
+    from reproduce.spirals.report import map_effect
+    label = SM.LABELS[SM.LATENT_ODE]
+    cells = {label: {"30": {"rmse_clean": 0.2}, "50": {"rmse_clean": 0.1}},
+             SM.MAP_LABEL.format(label): {"30": {"rmse_clean": 0.15},
+                                           "50": {"rmse_clean": 0.125}}}
+    text = map_effect({"results": {"table2_rmse": cells}})
+    assert (f'lowers the RMSE of "{label}" (0.200 to 0.150 at n = 30) and raises it (0.100 to '
+            "0.125 at n = 50)") in text and "extrapolate worse" in text
+    cells[SM.MAP_LABEL.format(label)]["50"]["rmse_clean"] = 0.05
+    text = map_effect({"results": {"table2_rmse": cells}})
+    assert "at n = 30, 0.100 to 0.050 at n = 50)." in text and "raises" not in text
+    cells[SM.MAP_LABEL.format(label)]["50"]["rmse_clean"] = 0.1002  # equal as printed
+    text = map_effect({"results": {"table2_rmse": cells}})
+    assert "and leaves it (0.100 to 0.100 at n = 50)." in text and "worse" not in text
+    cells[SM.MAP_LABEL.format(label)] = {"100": {"rmse_clean": 0.1}}  # no n in common
+    assert map_effect({"results": {"table2_rmse": cells}}) == ""
+    assert map_effect({"results": {"table2_rmse": {label: cells[label]}}}) == ""
+
+
+def test_the_report_words_table2s_comparisons_from_the_record():
+    from reproduce import published
+    from reproduce.spirals.report import targets
+    ode = SM.LABELS[SM.LATENT_ODE]
+    pub = published.TABLE2["latent_ode"]
+    cells = {ode: {"30": pub[30] - 0.01, "50": pub[50] + 0.01},
+             "RNN + dt": {"30": 0.2, "50": 0.1}, "RNN": {"30": 3.0, "50": 0.3},
+             "Last observation": {"30": 2.0, "50": 2.0}}
+    record = {"results": {"table2_rmse": {k: {n: {"rmse_clean": v} for n, v in c.items()}
+                                          for k, c in cells.items()}}}
+    text = targets(record)
+    assert (f'"{ode}" below the published one at n = 30 ({pub[30] - 0.01:.3f} against '
+            f"{pub[30]:.3f});") in text
+    assert f'"RNN + dt" below "{ode}" at n = 50 (0.100 against {pub[50] + 0.01:.3f});' in text
+    assert '"RNN" below "Last observation" at n = 50 (0.300 against 2);' in text
+    assert text.endswith('"RNN + dt" below "Last observation" at n = 30 (0.200 against 2), '
+                         "50 (0.100 against 2).")
+    cells = record["results"]["table2_rmse"]
+    cells["RNN + dt"]["30"]["rmse_clean"] = cells["RNN + dt"]["50"]["rmse_clean"] = 3.0
+    assert targets(record).endswith('"RNN + dt" below "Last observation" at no n.')
+    # only the n of every row compared
+    record["results"]["table2_rmse"]["RNN"]["100"] = {"rmse_clean": 0.1}
+    record["results"]["table2_rmse"][ode]["100"] = {"rmse_clean": 0.1}
+    assert targets(record).startswith("Compared, mean noise-free RMSE (of n = 30, 50): ")
+    del record["results"]["table2_rmse"]["Last observation"]
+    assert targets(record) == ""

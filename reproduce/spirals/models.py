@@ -25,6 +25,7 @@ LABELS = {"rnn": "RNN", "rnn_dt": "RNN + dt", "latent_ode_gru": "Latent ODE",
           "latent_ode_elbo": "Latent ODE, one-layer dynamics, tanh RNN encoder, 1 start, "
                              "window ELBO"}
 MAP_LABEL = "{}, z0 by MAP"  # Table 2's row of a latent model scored from map_z0
+TRUE_GAPS_LABEL = "RNN + dt, fed the true gaps"  # the RNN + dt scored by rnn_dt_at_times
 LATENT, HIDDEN_RNN, HIDDEN_MLP = 4, 25, 20
 # Every RNN (recognition and baselines) sees x / X_SCALE and time gaps in units of the grid step,
 # so that its tanh units start unsaturated; the baselines' outputs are scaled back by X_SCALE.
@@ -192,6 +193,20 @@ def rnn_predict(params, xs, times, t_future, with_dt, step):
     return recon, at_future
 
 
+def rnn_dt_at_times(params, xs, times, t_future):
+    """The RNN + dt's means at t_future (B, len(t_future), 2), running free from the last
+    observation with the true gap to each next time as its input (t_future[0] - t_last, then
+    t_future's own steps): no placing and no interpolation, but gaps unlike its training's."""
+    t_future = np.asarray(t_future, dtype=float)
+    ahead = np.concatenate([t_future[:1] - times[:, -1:],
+                            np.broadcast_to(np.diff(t_future), (len(xs), len(t_future) - 1))],
+                           axis=1)
+    if not np.all(ahead > 0):
+        raise ValueError("t_future must increase and start after every series' last observation")
+    gaps = np.concatenate([np.diff(times, axis=1), ahead], axis=1)
+    return rnn_run(params, xs, gaps, len(t_future), True)[1]
+
+
 def mean_gap(times):
     """The mean time between consecutive observations (times (B, n), n >= 2)."""
     return float(np.mean(np.diff(times, axis=1)))
@@ -328,13 +343,17 @@ def extrapolation_scores(pred, window, data, rows):
 
 
 def evaluate(model, params, data, n, solver, seed, step=None, refine=None):
-    """Test-set extrapolation_scores, and the test ELBO (latent ODE) or NLL (RNNs) of the
-    observations. refine: for a latent ODE, also the scores from z0 = map_z0 (under "map_z0"),
-    with refine["solver"] for its gradients and at most refine["maxiter"] L-BFGS iterations."""
+    """Test-set extrapolation_scores (the RNN + dt's also fed the true gaps, under "true_gaps"),
+    and the test ELBO (latent ODE) or NLL (RNNs) of the observations. refine: for a latent ODE,
+    also the scores from z0 = map_z0 (under "map_z0"), with refine["solver"] for its gradients
+    and at most refine["maxiter"] L-BFGS iterations."""
     rows, w = data["test"], SPIRAL["window"]
-    result = extrapolation_scores(*predictions(model, params, data, n, rows, solver, step),
-                                  data, rows)
+    pred, window = predictions(model, params, data, n, rows, solver, step)
+    result = extrapolation_scores(pred, window, data, rows)
     xs, times = observed(data, n, rows)
+    if model == "rnn_dt":  # also fed the true gaps (the same window fit: teacher forced)
+        result["true_gaps"] = extrapolation_scores(
+            rnn_dt_at_times(params, xs, times, data["t"][w:]), window, data, rows)
     if model in LATENT_MODELS:
         eps = np.random.RandomState(seed).randn(len(rows), LATENT)
         log_px, kl = elbo_terms(params, xs, times, eps, solver)
