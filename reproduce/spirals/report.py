@@ -294,10 +294,11 @@ def selection(record):
         "against the noisy points (mean over the seeds of Table 2). The validation spirals "
         "picked each unit's parameters and random start, so each validation RMSE is its "
         "unit's best (biased low); the test spirals picked nothing within a model. The "
-        "pilots that led to the two-layer and GRU models were compared on the n = 30 test "
-        "spirals, so those models' n = 30 test cells are not out of sample for that choice; "
-        "their n = 50 and 100 cells are (pilot gru_encoder was also trained at n = 50, seeds 0 "
-        "and 1, its weights committed, but never scored on the test spirals).",
+        "pilots that led to the two-layer and GRU models, and to the RNNs' learning rate and "
+        "iterations, were compared on the n = 30 test spirals, so those models' n = 30 test "
+        "cells are not out of sample for that choice; their n = 50 and 100 cells are (pilot "
+        "gru_encoder was also trained at n = 50, seeds 0 and 1, its weights committed, but "
+        "never scored on the test spirals).",
         ["model", "n", "validation RMSE (noisy)", "test RMSE (noisy)"], rows)
 
 
