@@ -969,16 +969,40 @@ def test_the_report_words_table2s_comparisons_from_the_record():
                                           for k, c in cells.items()}}}
     text = targets(record)
     assert f'"{ode}" below the published one at n = 30 (0.010 against 0.' in text
-    assert f'"RNN + dt" below "{ode}" at n = 50 (0.100 against 9);' in text
-    assert '"RNN" below "Last observation" at n = 50 (0.300 against 2);' in text
+    assert f'"RNN + dt" below "{ode}" at n = 50 (0.100 against 9) (of 30, 50);' in text
+    assert '"RNN" below "Last observation" at n = 50 (0.300 against 2) (of 30, 50);' in text
     assert text.endswith('"RNN + dt" below "Last observation" at n = 30 (0.200 against 2), '
                          "50 (0.100 against 2).")
     cells = record["results"]["table2_rmse"]
     cells["RNN + dt"]["30"]["rmse_clean"] = cells["RNN + dt"]["50"]["rmse_clean"] = 3.0
-    assert targets(record).endswith('"RNN + dt" below "Last observation" at no n.')
-    # only the n of every row compared
+    assert targets(record).endswith('"RNN + dt" below "Last observation" at no n (of 30, 50).')
+    # each comparison over the n both of its rows have
     record["results"]["table2_rmse"]["RNN"]["100"] = {"rmse_clean": 0.1}
     record["results"]["table2_rmse"][ode]["100"] = {"rmse_clean": 0.1}
-    assert targets(record).startswith("Compared, mean noise-free RMSE (of n = 30, 50): ")
+    text = targets(record)
+    assert "published one at n = 30 (0.010 against 0." in text
+    assert "100 (0.100 against 0.1" in text and ") (of 30, 50, 100);" in text
+    assert '"RNN" below "Last observation" at n = 50 (0.300 against 2) (of 30, 50);' in text
     del record["results"]["table2_rmse"]["Last observation"]
     assert targets(record) == ""
+
+
+def test_a_cell_whose_seeds_never_started_is_shown_not_trained():
+    from reproduce.spirals.report import table2, targets
+    ode = SM.LABELS[SM.LATENT_ODE]
+    done = {"seeds": [0], "rmse_clean": 0.2, "rmse_clean_sd": 0.0, "rmse_noisy": 0.4,
+            "rmse_clean_seeds": [0.2]}
+    fresh = dict(done, rmse_clean=7.5, seeds=[0, 1], rmse_clean_seeds=[7.0, 8.0],
+                 unfinished_seeds={"0": {"iterations": 0, "of": 9}, "1": {"iterations": 0,
+                                                                         "of": 9}})
+    started = dict(fresh, unfinished_seeds={"0": {"iterations": 3, "of": 9},
+                                            "1": {"iterations": 0, "of": 9}})
+    rows = {"RNN": {"30": fresh, "50": started}, "RNN + dt": {"30": done, "50": done},
+            ode: {"30": done, "50": done}, "Last observation": {
+                n: {"rmse_clean": 2.0, "rmse_clean_sd": 0.0, "rmse_noisy": 2.1,
+                    "rmse_clean_seeds": [2.0]} for n in ("30", "50")}}
+    record = {"results": {"table2_rmse": rows}}
+    for compact in (False, True):
+        text = table2(record, compact)
+        assert "| RNN | not trained | 7.500 ± " in text and "| 2 " in text
+    assert '"RNN" below "Last observation" at no n (of 50);' in targets(record)

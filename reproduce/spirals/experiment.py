@@ -463,8 +463,8 @@ def best_params(state):
 
 def evaluate_unit(model, state, data, n, eval_solver, seed, step=None, refine=None):
     """A trained unit's test scores (evaluate, with map_z0's under "map_z0" given refine, and the
-    RNN + dt's "true_gaps") at its best validated parameters, with the step they were taken at, their validation RMSE
-    (noisy; what selected them) and the last iterate's scores."""
+    RNN + dt's "true_gaps") at its best validated parameters, with the step they were taken at,
+    their validation RMSE (noisy; what selected them) and the last iterate's scores."""
     result = evaluate(model, best_params(state), data, n, eval_solver, seed + 1, step, refine)
     result["best_step"] = state["best"]["step"] if state["best"] else None
     result["best_validation_rmse_noisy"] = state["best"]["score"] if state["best"] else None

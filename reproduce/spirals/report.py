@@ -25,6 +25,14 @@ COMPACT_ROWS_LEFT_OUT = {MAP_LABEL.format(LABELS[m]) for m in LATENT_MODELS if m
     LABELS["latent_ode_elbo"], "Linear extrapolation", TRUE_GAPS_LABEL}
 
 
+def trained(entry):
+    """Whether a Table 2 cell's mean is over trained models (else every seed it averages has
+    not started, and its numbers are the initial parameters')."""
+    unfinished = entry.get("unfinished_seeds", {})
+    return not (entry.get("seeds") and all(unfinished.get(str(s), {}).get("iterations") == 0
+                                           for s in entry["seeds"]))
+
+
 def table2(record, compact=False):
     """Table 2 beside the published rows: noise-free mean ± sd, the noisy RMSE in brackets and
     what is unfinished; compact (the README): noise-free only, * marking unfinished seeds,
@@ -35,6 +43,8 @@ def table2(record, compact=False):
     ns = sorted(next(iter(res.values())), key=int)
 
     def cell(entry):
+        if not trained(entry):
+            return "not trained"
         seeds = len(entry.get("rmse_clean_seeds", [0]))
         clean = fmt(entry["rmse_clean"])
         if seeds > 1:
@@ -97,29 +107,35 @@ def map_effect(record, model=LABELS[LATENT_ODE]):
 
 
 def targets(record):
-    """Table 2's comparisons worded from the record, at each n of all the rows compared: our
-    Latent ODE against the published one, the RNN + dt against our Latent ODE, each RNN against
-    repeating the last observation."""
+    """Table 2's comparisons worded from the record, at each n where the rows compared are
+    trained: our Latent ODE against the published one, the RNN + dt against our Latent ODE,
+    each RNN against repeating the last observation."""
     rows, ode = record["results"]["table2_rmse"], LABELS[LATENT_ODE]
     rnns = [label for label in (LABELS["rnn"], LABELS["rnn_dt"]) if label in rows]
-    needed = [ode, LABELS["rnn_dt"], "Last observation"] + rnns
-    if not all(label in rows for label in needed):
+    if not all(label in rows for label in (ode, LABELS["rnn_dt"], "Last observation")):
         return ""
-    ns = sorted(set.intersection(*(set(rows[label]) for label in needed)), key=int)
 
-    def where(x, y):
-        """The n at which x's mean noise-free RMSE is below y's, with both."""
-        found = [f"{n} ({fmt(x(n))} against {fmt(y(n))})" for n in ns if x(n) < y(n)]
-        return f"at n = {', '.join(found)}" if found else "at no n"
+    def below(label, other):
+        """Where label's mean noise-free RMSE is below other's (a row, or the published
+        Latent ODE's if None), over the n both have trained."""
+        def mean(row, n):
+            return (published.TABLE2["latent_ode"][int(n)] if row is None
+                    else rows[row][n]["rmse_clean"])
+        def compared(n):
+            return trained(rows[label][n]) and (
+                other is None or (n in rows[other] and trained(rows[other][n])))
 
-    mean = lambda label: lambda n: rows[label][n]["rmse_clean"]  # noqa: E731
-    parts = [f'"{ode}" below the published one '
-             + where(mean(ode), lambda n: published.TABLE2["latent_ode"][int(n)]),
-             f'"RNN + dt" below "{ode}" ' + where(mean("RNN + dt"), mean(ode))]
-    parts += [f'"{label}" below "Last observation" '
-              + where(mean(label), mean("Last observation")) for label in rnns]
-    return ("Compared, mean noise-free RMSE (of n = " + ", ".join(ns) + "): "
-            + "; ".join(parts) + ".")
+        ns = [n for n in sorted(rows[label], key=int) if compared(n)]
+        found = [f"{n} ({fmt(mean(label, n))} against {fmt(mean(other, n))})"
+                 for n in ns if mean(label, n) < mean(other, n)]
+        return (f"at n = {', '.join(found)}" if found else "at no n") + (
+            f" (of {', '.join(ns)})" if len(found) < len(ns) else "")
+
+    parts = [f'"{ode}" below the published one ' + below(ode, None),
+             f'"RNN + dt" below "{ode}" ' + below(LABELS["rnn_dt"], ode)]
+    parts += [f'"{label}" below "Last observation" ' + below(label, "Last observation")
+              for label in rnns]
+    return "Compared, mean noise-free RMSE: " + "; ".join(parts) + "."
 
 
 def unfinished_note(entry):
@@ -138,12 +154,12 @@ def unfinished_note(entry):
 
 def _seed_means(record, key):
     """(model, n, the mean over the seeds Table 2 averages of entry[key + "_seeds"]) for every
-    Table 2 entry that holds it: a number, or a list or dict of numbers averaged entry by
+    trained Table 2 entry that holds it: a number, or a list or dict of numbers averaged entry by
     entry."""
     for model, by_n in record["results"]["table2_rmse"].items():
         for n, entry in by_n.items():
             seeds = entry.get(f"{key}_seeds")
-            if seeds:
+            if seeds and trained(entry):
                 if isinstance(seeds[0], dict):
                     yield model, n, {k: sum(s[k] for s in seeds) / len(seeds) for k in seeds[0]}
                 elif isinstance(seeds[0], list):
