@@ -907,7 +907,7 @@ def test_an_rnn_pilot_retraces_table2s_unit_and_stretches_its_schedule(tmp_path,
                                                 "about": "twice", "shares": "every draw"})
     assert _run(tmp_path, "g", "--train-only", "rnn_dt", "--train-only-n", "30") == 0
     assert _run(tmp_path, "g", "--resume", "--pilot", "unchanged_dt", "twice_dt",
-                "rnn_dt_third_iterations", "rnn_dt_lr_0.03") == 0
+                "rnn_dt_third_iterations", "rnn_dt_lr_0.03", "rnn_dt_lr_0.03_full") == 0
     final = tmp_path / "g_ckpt" / "final"
     table2 = Checkpoint(str(final / "rnn_dt_n30_seed0.ckpt")).load()
     same = Checkpoint(str(final / "pilot_unchanged_dt_n30_seed0.ckpt")).load()
@@ -925,6 +925,10 @@ def test_an_rnn_pilot_retraces_table2s_unit_and_stretches_its_schedule(tmp_path,
     faster = Checkpoint(str(final / "pilot_rnn_dt_lr_0.03_n30_seed0.ckpt")).load()
     assert (faster["config"]["lr"], faster["config"]["lr_final"]) == (0.03, 0.03 / 100)
     assert faster["step"] == round(iters / 3)
+    full = Checkpoint(str(final / "pilot_rnn_dt_lr_0.03_full_n30_seed0.ckpt")).load()
+    assert (full["config"]["lr"], full["config"]["lr_final"], full["step"]) == (0.03, 3e-4, iters)
+    assert full["config"] == dict(table2["config"], model="pilot_rnn_dt_lr_0.03_full_n30_seed0",
+                                  lr=0.03, lr_final=3e-4)
     out = json.loads((tmp_path / "g" / "pilot_twice_dt.json").read_text())
     cell = out["results"]["by_n"]["30"]
     assert cell["by_seed"]["0"]["of"] == 2 * iters and "inference_gap" not in cell
@@ -983,6 +987,13 @@ def test_the_report_words_table2s_comparisons_from_the_record():
     assert "published one at n = 30 (0.010 against 0." in text
     assert "100 (0.100 against 0.1" in text and ") (of 30, 50, 100);" in text
     assert '"RNN" below "Last observation" at n = 50 (0.300 against 2) (of 30, 50);' in text
+    assert "by (each row" not in text  # no sd in these cells
+    for row, sd in ((ode, 0.5), ("RNN + dt", 0.25)):
+        for cell in record["results"]["table2_rmse"][row].values():
+            cell["rmse_clean_sd"] = sd
+    record["results"]["table2_rmse"]["RNN + dt"]["50"]["rmse_clean"] = 0.1
+    assert targets(record).endswith(f'"RNN + dt" below "{ode}" by (each row\'s sd over its '
+                                    "seeds): n = 50: 8.900 (sd 0.500 and 0.250).")
     del record["results"]["table2_rmse"]["Last observation"]
     assert targets(record) == ""
 
