@@ -506,7 +506,9 @@ def test_smoke_run_writes_results_and_resume_gives_the_same_numbers(tmp_path):
     from reproduce.common import Checkpoint
     final = Checkpoint(str(tmp_path / "whole_ckpt" / "final" / "rnn_dt_n50_seed0.ckpt")).load()
     assert val == [final["best"]["score"]] and cell["best_step_seeds"] == [final["best"]["step"]]
-    assert f"| RNN + dt | 50 | {fmt(val[0])} | {fmt(cell['rmse_noisy'])} |" in selection(record)
+    iters = record["results"]["training"]["rnn_dt_n50_seed0"]["iterations"]
+    assert (f"| RNN + dt | 50 | {fmt(val[0])} | {fmt(cell['rmse_noisy'])} | "
+            f"{final['best']['step']} of {iters} |") in selection(record)
     assert "z0 by MAP" not in selection(record)
     for model in SM.MODELS:  # every model and n, a latent one's from its own final weights
         assert all(f"| {SM.LABELS[model]} | {n} |" in selection(record) for n in (30, 50, 100))

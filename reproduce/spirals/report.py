@@ -234,8 +234,8 @@ def inference_gap(record):
             "and with z0 fitted to each test spiral's points under the trained dynamics and "
             "decoder: its own noisy observations (the closest fit to what the network reads; "
             "with no prior it fits their noise too, so it can extrapolate worse than the "
-            "network's z0), the window's noise-free points (the best any data in the window "
-            "allows), "
+            "network's z0), the window's noise-free points (inference from the window with the "
+            "noise taken away), "
             "and every noise-free point, window and extrapolation (what the trained flow can "
             f"represent at all). {gap['choices']['fits']}.\n\n"
             + table(["z0"] + [f"n = {n}" for n in ns], rows))
@@ -316,7 +316,8 @@ def selection(record):
     """The validation RMSE that selected each model's parameters beside their test RMSE (means
     over the seeds of Table 2), where recorded: out of sample for the choice between models,
     though biased low for each (its own best checkpoint and start)."""
-    rows = [[model, n, mean, fmt(record["results"]["table2_rmse"][model][n]["rmse_noisy"])]
+    rows = [[model, n, mean, fmt(record["results"]["table2_rmse"][model][n]["rmse_noisy"]),
+             _selected_steps(record, model, n)]
             for model, n, mean in _seed_means(record, "best_validation_rmse_noisy")]
     return _captioned(
         "Model selection: each model's validation RMSE against the noisy points at the "
@@ -328,8 +329,23 @@ def selection(record):
         "iterations, were compared on the n = 30 test spirals, so those models' n = 30 test "
         "cells are not out of sample for that choice; their n = 50 and 100 cells are (pilot "
         "gru_encoder was also trained at n = 50, seeds 0 and 1, its weights committed, but "
-        "never scored on the test spirals).",
-        ["model", "n", "validation RMSE (noisy)", "test RMSE (noisy)"], rows)
+        "never scored on the test spirals). The step each seed selected, of its unit's "
+        "iterations: one at the end says that unit was still improving when training stopped.",
+        ["model", "n", "validation RMSE (noisy)", "test RMSE (noisy)",
+         "selected step per seed"], rows)
+
+
+def _selected_steps(record, label, n):
+    """Each seed's selected (best validation) step, 'of' its unit's iterations where every seed
+    recorded the same number."""
+    entry = record["results"]["table2_rmse"][label][n]
+    steps, model = entry.get("best_step_seeds"), {v: k for k, v in LABELS.items()}.get(label)
+    if not steps:
+        return "-"
+    iters = {record["results"]["training"].get(f"{model}_n{n}_seed{s}", {}).get("iterations")
+             for s in entry["seeds"]}
+    return ", ".join(f"{step:g}" for step in steps) + (
+        f" of {iters.pop()}" if len(iters) == 1 and None not in iters else "")
 
 
 def _label(model):
