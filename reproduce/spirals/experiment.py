@@ -116,12 +116,13 @@ PILOTS = {
                  "third of Table 2's iterations (compare rnn_dt_third_iterations)",
         "shares": "every draw (its initial parameters; full batches: no other noise)"}
        for lr in (3e-3, 3e-2, 1e-1)},
-    "rnn_dt_twice_iterations": {
+    **{f"rnn_dt_{word}_iterations": {
         "model": "rnn_dt",
-        "overrides": {"iters_factor": 2},
-        "about": "twice Table 2's iterations, the same learning rates (decaying over them): "
-                 "whether Table 2's RNN + dt stopped short of its best",
-        "shares": "every draw (its initial parameters; full batches: no other noise)"},
+        "overrides": {"iters_factor": factor},
+        "about": f"{word.replace('_', ' ')} Table 2's iterations, the same learning rates "
+                 "(decaying over them): whether Table 2's RNN + dt stopped short of its best",
+        "shares": "every draw (its initial parameters; full batches: no other noise)"}
+       for word, factor in (("twice", 2), ("four_times", 4))},
     "rnn_dt_lr_0.03_full": {
         "model": "rnn_dt",
         "overrides": {"lr": 3e-2, "lr_final": 3e-4},
