@@ -80,6 +80,7 @@ SETTINGS = {
 # pilot's then are). Overrides are TRAINING's keys, and iters_factor: the mode's iterations times
 # this (the learning rate's decay spread over them; not in the checkpoints' configuration, whose
 # n_iters says it). The RNN pilots are the learning-rate and iteration search.
+RNN_SHARES = "every draw (its initial parameters; full batches: no other noise)"
 PILOTS = {
     "two_layer_dynamics": {
         "overrides": {"dyn_hidden": [HIDDEN_MLP, HIDDEN_MLP]},
@@ -107,21 +108,21 @@ PILOTS = {
         "overrides": {"iters_factor": 1 / 3},
         "about": "a third of Table 2's iterations, the same learning rates (decaying over them): "
                  "Table 2's protocol before this pilot",
-        "shares": "every draw (its initial parameters; full batches: no other noise)"},
+        "shares": RNN_SHARES},
     **{f"rnn_dt_lr_{lr:g}": {
         "model": "rnn_dt",
         "overrides": {"lr": lr, "lr_final": lr / 100, "iters_factor": 1 / 3},
         "about": f"Adam's learning rate {lr:g} decaying to {lr / 100:g} (Table 2's: "
                  f"{TRAINING['rnn_dt']['lr']:g} to {TRAINING['rnn_dt']['lr_final']:g}), at a "
                  "third of Table 2's iterations (compare rnn_dt_third_iterations)",
-        "shares": "every draw (its initial parameters; full batches: no other noise)"}
+        "shares": RNN_SHARES}
        for lr in (3e-3, 3e-2, 1e-1)},
     **{f"rnn_dt_{word}_iterations": {
         "model": "rnn_dt",
         "overrides": {"iters_factor": factor},
         "about": f"{word.replace('_', ' ')} Table 2's iterations, the same learning rates "
                  "(decaying over them): whether Table 2's RNN + dt stopped short of its best",
-        "shares": "every draw (its initial parameters; full batches: no other noise)"}
+        "shares": RNN_SHARES}
        for word, factor in (("twice", 2), ("four_times", 4))},
     "rnn_dt_lr_0.03_full": {
         "model": "rnn_dt",
@@ -129,7 +130,7 @@ PILOTS = {
         "about": f"Adam's learning rate 0.03 decaying to 0.0003 (Table 2's: "
                  f"{TRAINING['rnn_dt']['lr']:g} to {TRAINING['rnn_dt']['lr_final']:g}) over "
                  "Table 2's iterations: the best rate of the shorter pilots at full length",
-        "shares": "every draw (its initial parameters; full batches: no other noise)"},
+        "shares": RNN_SHARES},
 }
 # The backward solve's method: its step size carries across output times. On a training gradient
 # at the training tolerance (benchmarks/spirals_adjoint.py) rkf23 gives the gradient dopri5 gives
@@ -224,9 +225,10 @@ CHOICES = {
                      "gets the gap t_(i+1) - t_i to the observation it predicts. Extrapolation: "
                      "after the last observation each RNN runs free, its predictions fed back, "
                      "its k-th step placed at t_last + k g (g: the mean gap between its training "
-                     "observations, about 100/n grid steps; the RNN + dt is told g), and its path from "
-                     "the last observation on is interpolated linearly onto the extrapolation "
-                     "times. The row 'RNN + dt, fed the true gaps' scores the same units run "
+                     "observations, about 100/n grid steps; the RNN + dt is told g), and its "
+                     "path from the last observation on is interpolated linearly onto the "
+                     "extrapolation times. "
+                     "The row 'RNN + dt, fed the true gaps' scores the same units run "
                      "free with the true gap to each extrapolation time as input (t_100 - "
                      "t_last, then one grid step: gaps unlike most of its training's at n < "
                      "100), with no interpolation. The paper reports one RNN row: it is "

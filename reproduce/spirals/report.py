@@ -6,7 +6,7 @@ from reproduce import published
 from reproduce.common import read_json
 from reproduce.latent import solver_speed_block
 from .data import SPIRAL
-from .experiment import parse_unit_name
+from .experiment import parse_unit_name, unit_name
 from .models import LABELS, LATENT_MODELS, LATENT_ODE, MAP_LABEL, MODELS, TRUE_GAPS_LABEL
 from reproduce.markdown import (FIGURES, best, choices_block, duration_row, figure_links, fmt,
                                 image, not_run, run_line, table)
@@ -121,11 +121,8 @@ def targets(record):
         def mean(row, n):
             return (published.TABLE2["latent_ode"][int(n)] if row is None
                     else rows[row][n]["rmse_clean"])
-        def compared(n):
-            return trained(rows[label][n]) and (
-                other is None or (n in rows[other] and trained(rows[other][n])))
 
-        ns = [n for n in sorted(rows[label], key=int) if compared(n)]
+        ns = _both_trained(rows, label, other)
         found = [f"{n} ({fmt(mean(label, n))} against {fmt(mean(other, n))})"
                  for n in ns if mean(label, n) < mean(other, n)]
         return (f"at n = {', '.join(found)}" if found else "at no n") + (
@@ -138,13 +135,19 @@ def targets(record):
     return "Compared, mean noise-free RMSE: " + "; ".join(parts) + "." + margins(rows, ode)
 
 
+def _both_trained(rows, label, other=None):
+    """The n (sorted) at which row label is trained and so is row other (if not None)."""
+    return [n for n in sorted(rows[label], key=int) if trained(rows[label][n]) and (
+        other is None or (n in rows[other] and trained(rows[other][n])))]
+
+
 def margins(rows, ode):
     """How far the RNN + dt is below the Latent ODE where it is, beside each row's sd over
     seeds: whether a missed target is within the seeds' spread."""
     dt, found = LABELS["rnn_dt"], []
-    for n in sorted(rows[dt], key=int):
-        a, b = rows[ode].get(n), rows[dt][n]
-        if (a and trained(a) and trained(b) and b["rmse_clean"] < a["rmse_clean"]
+    for n in _both_trained(rows, dt, ode):
+        a, b = rows[ode][n], rows[dt][n]
+        if (b["rmse_clean"] < a["rmse_clean"]
                 and "rmse_clean_sd" in a and "rmse_clean_sd" in b):
             found.append(f"n = {n}: {fmt(a['rmse_clean'] - b['rmse_clean'])} (sd "
                          f"{fmt(a['rmse_clean_sd'])} and {fmt(b['rmse_clean_sd'])})")
@@ -342,7 +345,7 @@ def _selected_steps(record, label, n):
     steps, model = entry.get("best_step_seeds"), {v: k for k, v in LABELS.items()}.get(label)
     if not steps:
         return "-"
-    iters = {record["results"]["training"].get(f"{model}_n{n}_seed{s}", {}).get("iterations")
+    iters = {record["results"]["training"].get(unit_name(model, n, s), {}).get("iterations")
              for s in entry["seeds"]}
     return ", ".join(f"{step:g}" for step in steps) + (
         f" of {iters.pop()}" if len(iters) == 1 and None not in iters else "")
