@@ -2,6 +2,7 @@
 direct Monte Carlo computation, the union-of-times solve against per-series solves, the
 hand-written VJPs against autograd), the RNN baselines, and the run itself (--smoke, --resume)."""
 import json
+import os
 import re
 
 import autograd.numpy as anp
@@ -14,6 +15,7 @@ from scipy.stats import norm
 from odeint_autograd import odeint
 from reproduce import spirals as S
 from reproduce.spirals import data as SD
+from reproduce.spirals import experiment as SE
 from reproduce.spirals import models as SM
 from reproduce.latent import (MLPDynamics, encode, init_gru, init_mlp, init_rnn, mlp, mlp_vjp,
                               rnn_step, solve_union, time_gaps, union_times)
@@ -715,11 +717,11 @@ def test_a_pilot_trains_its_own_unit_from_table2s_draws_and_leaves_table2_alone(
     assert len(marks) == 3 and f"- unchanged_2l, n = 30: seed 0: {', '.join(marks)}" in text
     assert "- unchanged, n = 30" not in text
     x2l, c2l = same_2l["by_n"]["30"]["rmse_clean"], same_2l["by_n"]["30"]
-    assert (f"| unchanged_2l | 30 | 0 | {x2l:.3f} ({c2l['rmse_noisy']:.3f}) | {x2l:.3f} | "
+    assert (f"| unchanged_2l | 30 | 0 | 5 | {x2l:.3f} ({c2l['rmse_noisy']:.3f}) | {x2l:.3f} | "
             f"{c2l['map_z0']['rmse_clean']:.3f} | {x2l:.3f} ({x2l:.3f}) |") in text
     x, noisy, by_map = r["rmse_clean"], r["rmse_noisy"], same["by_n"]["30"]["map_z0"]["rmse_clean"]
     assert by_map == table[f"{one_layer}, z0 by MAP"]["30"]["rmse_clean_seeds"][0] != x
-    assert (f"| unchanged | 30 | 0 | {x:.3f} ({noisy:.3f}) | {x:.3f} | {by_map:.3f} | "
+    assert (f"| unchanged | 30 | 0 | 5 | {x:.3f} ({noisy:.3f}) | {x:.3f} | {by_map:.3f} | "
             f"{x:.3f} ({x:.3f}) |") in text
     assert r["last_iterate"]["rmse_clean"] > 0
     # a second seed trained (--seeds) is then evaluated by default beside the first, and the
@@ -740,7 +742,7 @@ def test_a_pilot_trains_its_own_unit_from_table2s_draws_and_leaves_table2_alone(
         pytest.approx(sum(gaps) / 2, rel=1e-12))
     text = pilots(record)
     m, sd, (a, b) = cell["rmse_clean"], cell["rmse_clean_sd"], cell["rmse_clean_seeds"]
-    assert (f"| unchanged | 30 | 0 1 | {m:.3f} ± {sd:.3f} ({cell['rmse_noisy']:.3f}) | "
+    assert (f"| unchanged | 30 | 0 1 | 5 | {m:.3f} ± {sd:.3f} ({cell['rmse_noisy']:.3f}) | "
             f"{a:.3f}, {b:.3f} | {cell['map_z0']['rmse_clean']:.3f} | "
             f"{(a + b) / 2:.3f} ({a:.3f}, {b:.3f}) |") in text
     # the seeds' spread quoted beside the pilots is the record's, not a number in the code
@@ -935,14 +937,53 @@ def test_an_rnn_pilot_retraces_table2s_unit_and_stretches_its_schedule(tmp_path,
     cell = out["results"]["by_n"]["30"]
     assert cell["by_seed"]["0"]["of"] == 2 * iters and "inference_gap" not in cell
     assert "map_z0" not in cell and "fits" not in out["choices"]
-    assert out["choices"]["training"].endswith(f"'iterations': {iters}}}")
+    assert out["choices"]["training"].endswith(f"'iterations': {2 * iters}}}")
     # the report shows an RNN pilot beside its Table 2 unit, with no latent ODE columns
     x = json.loads((tmp_path / "g" / "pilot_unchanged_dt.json").read_text())["results"][
         "by_n"]["30"]["rmse_clean"]
     text = pilots({"folder": str(tmp_path / "g"), "results": {"table2_rmse": {
         "RNN + dt": {"30": {"seeds": [0], "rmse_clean_seeds": [x], "rmse_clean": x}}}}})
-    assert f"| unchanged_dt | 30 | 0 | {x:.3f} (" in text
+    assert f"| unchanged_dt | 30 | 0 | 5 | {x:.3f} (" in text
     assert f"| {x:.3f} | - | {x:.3f} ({x:.3f}) | - | - | - |" in text
+
+
+def test_rnn_pilots_keep_their_lengths_when_table2s_change():
+    # an RNN pilot's length is a multiple of the mode's rnn_pilot_iters, not of Table 2's
+    # iterations; a latent ODE pilot's is Table 2's
+    cfg = {"iters": {"rnn": 18000, "rnn_dt": 18000, "latent_ode": 20000}, "rnn_pilot_iters": 9000}
+    assert SE.iterations(cfg, "rnn_dt") == 18000
+    assert SE.iterations(cfg, "rnn_dt", "rnn_dt_twice_iterations") == 18000
+    assert SE.iterations(cfg, "rnn_dt", "rnn_dt_third_iterations") == 3000
+    assert SE.iterations(cfg, "rnn_dt", "rnn_dt_four_times_iterations") == 36000
+    assert SE.iterations(cfg, "rnn", "rnn_base_iterations") == 9000
+    assert SE.iterations(cfg, "rnn_dt", "rnn_dt_lr_0.03_full") == 9000
+    assert SE.iterations(cfg, "latent_ode", "encode_cut_0.2") == 20000
+
+
+def test_every_spirals_weight_matches_the_full_settings():
+    # a change of --full's settings without fresh weights would make `--evaluate-only` refuse
+    # the units: each unit in weights/spirals names itself, finished what --full now plans for
+    # it, and was trained with --full's data and checks and its model's (or pilot's) training
+    from reproduce.common import Checkpoint
+    folder = os.path.join(os.path.dirname(SE.__file__), "..", "..", "weights", "spirals")
+    names = sorted(f[:-len(".ckpt")] for f in os.listdir(folder) if f.endswith(".ckpt"))
+    assert len(names) >= 18
+    full = SE.SETTINGS["full"]
+    for name in names:
+        state = Checkpoint(os.path.join(folder, name + ".ckpt")).load()
+        model, _, seed = SE.parse_unit_name(name)
+        pilot = model.removeprefix("pilot_") if model.startswith("pilot_") else None
+        assert pilot is None or pilot in SE.PILOTS, name
+        base = SE.PILOTS[pilot].get("model", "latent_ode") if pilot else model
+        hyper = dict(SE.TRAINING[base], **(SE.PILOTS[pilot]["overrides"] if pilot else {}))
+        expected = dict(mode="full", model=name, seed=seed, n_spirals=full["n_spirals"],
+                        validate_every=full["validate_every"],
+                        n_iters=SE.iterations(full, base, pilot),
+                        **{k: hyper[k] for k in ("lr", "lr_final", "clip", "batch_size")})
+        if hyper.get("starts", 1) > 1:
+            expected["start_iters"] = full["start_iters"]
+        assert {k: state["config"].get(k) for k in expected} == expected, name
+        assert state["step"] == expected["n_iters"], name
 
 
 def test_the_report_says_where_map_raises_or_lowers_the_latent_odes_rmse():

@@ -278,6 +278,7 @@ def pilots(record):
                 starts.append(f"- {name}, n = {n}: {_starts(trained)}")
             gap, by_map = cell.get("inference_gap"), cell.get("map_z0")
             rows.append([name, n, " ".join(map(str, cell["seeds"])) + unfinished_note(cell),
+                         next(iter(cell["by_seed"].values()))["of"],
                          f"{clean} ({fmt(cell['rmse_noisy'])})", listed(cell["rmse_clean_seeds"]),
                          fmt(by_map["rmse_clean"]) if by_map else "-",
                          (f"{fmt(sum(base) / len(base))} ({listed(base)})"
@@ -288,7 +289,8 @@ def pilots(record):
     sds = ", ".join(f"{fmt(sd)} (\"{model}\", n = {n})" for (model, n), sd in
                     sorted(spread.items(), key=lambda kv: (kv[0][0], int(kv[0][1]))))
     return ("Candidate changes to a model of Table 2, each trained as a pilot beside Table 2 "
-            "(which they leave alone) and scored as Table 2 is: mean ± sample sd over its seeds "
+            "(which they leave alone) for the iterations shown, and scored as Table 2 is: "
+            "mean ± sample sd over its seeds "
             "(the noisy RMSE in brackets), each seed's, and the Table 2 model it changes, same "
             "seeds (their mean, each seed's); z0 by MAP: the pilot's mean with z0 the posterior "
             "mode, as in Table 2's MAP rows. The last three columns are the inference gap "
@@ -297,8 +299,8 @@ def pilots(record):
             + (f". Table 2's seeds differ by a sample sd of {sds}, so a pilot with few seeds "
                "tells only a change larger than that" if sds else "") + ".\n\n"
             + "\n".join(lines) + "\n\n"
-            + table(["pilot", "n", "seeds", "noise-free RMSE (noisy)", "per seed", "z0 by MAP",
-                     "its Table 2 model, same seeds", "z0 fitted to noisy obs",
+            + table(["pilot", "n", "seeds", "iterations", "noise-free RMSE (noisy)", "per seed",
+                     "z0 by MAP", "its Table 2 model, same seeds", "z0 fitted to noisy obs",
                      "z0 fitted to window", "z0 fitted to all"], rows)
             + ("\n\nThe random starts of the pilots with restarts: " + STARTS_ABOUT + "\n\n"
                + "\n".join(starts) if starts else ""))
@@ -330,10 +332,12 @@ def selection(record):
         "unit's best (biased low); the test spirals picked nothing within a model. The "
         "pilots that led to the two-layer and GRU models, and to the RNNs' learning rate and "
         "iterations, were compared on the n = 30 test spirals, so those models' n = 30 test "
-        "cells are not out of sample for that choice; their n = 50 and 100 cells are (pilot "
-        "gru_encoder was also trained at n = 50, seeds 0 and 1, its weights committed, but "
-        "never scored on the test spirals). The step each seed selected, of its unit's "
-        "iterations: one at the end says that unit was still improving when training stopped.",
+        "cells are not out of sample for that choice; their n = 50 and 100 cells are, but for "
+        "the RNN + dt's at n = 50 (pilot rnn_dt_twice_iterations was also scored there, seed "
+        "0; pilot gru_encoder was also trained at n = 50, seeds 0 and 1, its weights "
+        "committed, but never scored on the test spirals). The step each seed selected, of "
+        "its unit's iterations: one at the end says that unit was still improving when "
+        "training stopped.",
         ["model", "n", "validation RMSE (noisy)", "test RMSE (noisy)",
          "selected step per seed"], rows)
 
