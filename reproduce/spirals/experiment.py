@@ -347,11 +347,10 @@ def train_unit(run, cfg, data, solver, model, n, seed, pilot=None):
     holding the parameters with the lowest validation RMSE (against the noisy points). pilot:
     a PILOTS key, `model` (the pilot's) with that change (its own unit)."""
     xs, times = observed(data, n, data["train"])
-    overrides = PILOTS[pilot]["overrides"] if pilot else {}
+    overrides = training_overrides(pilot)
     hyper = dict(TRAINING[model], **overrides)
     step = mean_gap(times)
-    config = {"batch_size": hyper["batch_size"], "n_spirals": cfg["n_spirals"],
-              **{k: v for k, v in overrides.items() if k != "iters_factor"}}
+    config = {"batch_size": hyper["batch_size"], "n_spirals": cfg["n_spirals"], **overrides}
     if model in LATENT_MODELS:
         for key in ("dyn_hidden", "adjoint_method", "encoder"):
             if key in hyper:
@@ -376,6 +375,12 @@ def train_unit(run, cfg, data, solver, model, n, seed, pilot=None):
                  validate_every=cfg["validate_every"], config=config,
                  rng_key=unit_name(hyper.get("draws", model), n, seed),
                  starts=hyper.get("starts", 1), start_iters=cfg["start_iters"])
+
+
+def training_overrides(pilot=None):
+    """A pilot's changes to TRAINING's keys (its iters_factor is iterations')."""
+    overrides = PILOTS[pilot]["overrides"] if pilot else {}
+    return {k: v for k, v in overrides.items() if k != "iters_factor"}
 
 
 def iterations(cfg, model, pilot=None):
@@ -473,8 +478,7 @@ def pilots(run, cfg, data, solver, eval_solver):
                                                 for s in cell["seeds"]])) for key in scores}
                     for start, scores in by_seed[str(cell["seeds"][0])]["inference_gap"].items()}
             by_n[str(n)] = dict(cell, by_seed=by_seed)
-        hyper = dict(TRAINING[model], **PILOTS[name]["overrides"], iterations=planned)
-        hyper.pop("iters_factor", None)
+        hyper = dict(TRAINING[model], **training_overrides(name), iterations=planned)
         if hyper.get("starts", 1) > 1:
             hyper["start_iters"] = cfg["start_iters"]
         run.save_results({"pilot": name, "base": LABELS[model],
