@@ -273,7 +273,8 @@ class Checkpoint:
         self.path, self.enabled = path, enabled
 
     def _fail(self, what):
-        return CheckpointError(f"{self.path}: {what}; rerun without --resume to start afresh, "
+        return CheckpointError(f"{self.path}: {what}; rerun without --resume (nor "
+                               "--evaluate-only, which reads it as it stands) to start afresh, "
                                "or delete the file")
 
     def load(self, config=None, force=False, ignore=()):

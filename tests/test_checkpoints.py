@@ -24,6 +24,11 @@ def test_round_trip_and_config_check(tmp_path):
         ckpt.load({"seed": 1})
     assert ckpt.load({"seed": 1, "epochs": 9}, ignore=("seed", "epochs"))["step"] == 3
     assert Checkpoint(str(tmp_path / "m.ckpt"), enabled=False).load() is None
+    # --evaluate-only reads a checkpoint without --resume (force): other settings are refused
+    # there too, and the advice says that leaving out --resume alone does not help
+    with pytest.raises(CheckpointError, match=r"seed: 0 there, 1 here\); rerun without --resume "
+                                              r"\(nor --evaluate-only"):
+        Checkpoint(str(tmp_path / "m.ckpt"), enabled=False).load({"seed": 1}, force=True)
     assert Checkpoint(str(tmp_path / "absent.ckpt")).load() is None
 
 
