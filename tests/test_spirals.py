@@ -960,6 +960,31 @@ def test_rnn_pilots_keep_their_lengths_when_table2s_change():
     assert SE.iterations(cfg, "latent_ode", "encode_cut_0.2") == 20000
 
 
+def test_rnn_training_choice_holds_for_the_committed_results():
+    # CHOICES["RNN training"] states how the committed runs compare: each claim against the
+    # committed results.json and pilot JSONs, so the prose cannot outlive the numbers
+    from reproduce import published
+    folder = os.path.join(os.path.dirname(SE.__file__), "..", "..", "figures", "spirals")
+
+    def cells(name):
+        with open(os.path.join(folder, name)) as f:
+            results = json.load(f)["results"]
+        return results["by_n"] if "by_n" in results else results["table2_rmse"]
+
+    table2 = cells("results.json")
+    rnn, dt, ode = (table2[label] for label in ("RNN", "RNN + dt", "Latent ODE"))
+    base = cells("pilot_rnn_base_iterations.json")
+    for n in ("50", "100"):  # longer training did better at n = 50 and 100
+        assert rnn[n]["rmse_clean"] < base[n]["rmse_clean"]
+    assert rnn["30"]["rmse_clean"] >= base["30"]["rmse_clean"]  # not at n = 30
+    for n in ("30", "50", "100"):  # the RNN + dt as good as our Latent ODE or better
+        assert dt[n]["rmse_clean"] <= ode[n]["rmse_clean"]
+    third = cells("pilot_rnn_dt_third_iterations.json")["30"]["rmse_clean"]
+    assert published.TABLE2["rnn"][30] > third
+    text = SE.CHOICES["RNN training"]
+    assert "not at n = 30" in text and "as good as our Latent ODE or better" in text
+
+
 def test_every_spirals_weight_matches_the_full_settings():
     # a change of --full's settings without fresh weights would make `--evaluate-only` refuse
     # the units: each unit in weights/spirals names itself, finished what --full now plans for
