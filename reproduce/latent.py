@@ -14,7 +14,7 @@ import numpy as np
 from autograd.scipy.special import expit
 
 from odeint_autograd import SolverStats, odeint
-from reproduce.common import LOG_2PI, Adam, fit, model_rng, positive
+from reproduce.common import LOG_2PI, Adam, CheckpointError, fit, model_rng, positive
 from reproduce.markdown import table
 
 # ---------------------------------------------------------------------------------------------
@@ -213,7 +213,7 @@ def solve_union(func, z0, t0, times, args=(), **solver):
 
 def train(run, key, init, loss_and_grad, n_iters, lr, ckpt_every, seed=None, lr_final=None,
           clip=None, validate=None, validate_every=None, config=None, rng_key=None, starts=1,
-          start_iters=None):
+          start_iters=None, extends=None):
     """Adam on loss_and_grad(params, rng, stats) -> (loss, grads) through common.fit (resumable
     to the same numbers); init(rng) draws the parameters from the model's own generator, seeded
     by (seed, rng_key or key) (seed: the run's --seed unless given; rng_key: another unit's key,
@@ -225,9 +225,19 @@ def train(run, key, init, loss_and_grad, n_iters, lr, ckpt_every, seed=None, lr_
     start j from (seed, rng_key or key, "start j")) trains start_iters steps of this same
     schedule as its own unit KEY_startJ; the one with the lowest validation score then goes on,
     with its optimiser and generator, to n_iters as this unit (state["starts"]: their scores;
-    state["seconds"]: every start's time)."""
+    state["seconds"]: every start's time).
+
+    extends=(steps, load): train on a finished unit of this same training, load() -> its final
+    weights after `steps` of its own schedule (over `steps`), to n_iters: the learning rate runs
+    that schedule's last n_iters - steps steps again, Adam's moments start afresh (final weights
+    do not keep them), the generator is this unit's own, and its checks, best parameters,
+    restarts, time and training curve carry on."""
     seed = run.seed if seed is None else seed
-    decay = None if lr_final is None else (lambda step: (lr_final / lr) ** (step / n_iters))
+    span = extends[0] if extends else n_iters
+    if not 0 < span <= n_iters:
+        raise ValueError(f"{key}: extends a unit of {span} steps to n_iters={n_iters}")
+    decay = None if lr_final is None else (
+        lambda step: (lr_final / lr) ** ((step if step < span else step - n_iters + span) / span))
     config = dict(config or {}, seed=seed, lr=lr, lr_final=lr_final)
     if starts > 1:
         if validate is None or not 0 < (start_iters or 0) < n_iters:
@@ -258,6 +268,31 @@ def train(run, key, init, loss_and_grad, n_iters, lr, ckpt_every, seed=None, lr_
         state["starts"] = starts_tried
         return state
 
+    def extended():
+        steps, load = extends
+        state = load()
+        made = (state or {}).get("config", {})
+        same = dict(run.config, n_iters=steps, clip=clip,
+                    validate_every=validate_every if validate else None,
+                    **{k: v for k, v in config.items() if k != "extends"})
+        if state is None or state["step"] != steps or any(made.get(k) != v
+                                                          for k, v in same.items()):
+            raise CheckpointError(
+                f"{key} trains on a finished unit of {steps} iterations with its settings, and "
+                "that unit's final weights are " + (
+                    "missing: train it first" if state is None else "of other settings: "
+                    + ", ".join(f"{k}={made.get(k)!r} (not {v!r})" for k, v in same.items()
+                                if made.get(k) != v) + f"; {state['step']} iterations"))
+        history = state["history"]
+        return {**{k: state[k] for k in ("params", "step", "seconds", "best", "validation")},
+                **({"starts": state["starts"]} if "starts" in state else {}),
+                "optimizer": Adam(lr).state_dict(), "rng": model_rng(seed, key).get_state(),
+                "log_records": [{"loss": float(loss), "nfe_f": int(f), "nfe_b": int(b)}
+                                for loss, f, b in zip(history["loss"], history["nfe_f"],
+                                                      history["nfe_b"])]}
+
+    if extends:
+        return run_fit(key, model_rng(seed, key), initial=extended)
     return run_fit(key, model_rng(seed, rng_key or key),
                    initial=best_start if starts > 1 else None)
 

@@ -983,6 +983,17 @@ def test_rnn_training_choice_holds_for_the_committed_results():
     assert report.published.TABLE2["rnn"][30] > third
     text = SE.CHOICES["RNN training"]
     assert "not at n = 30" in text and "as good as our Latent ODE or better" in text
+    # CHOICES["latent ODE training"]: at n = 30 the Latent ODE trained on did better at each
+    # seed, gained more than the RNN + dt from twice its iterations, and is below the RNN + dt
+    ext = cells("pilot_latent_ode_extended.json")["30"]
+    assert ext["seeds"] == ode["30"]["seeds"] and "unfinished_seeds" not in ext
+    assert all(a < b for a, b in zip(ext["rmse_clean_seeds"], ode["30"]["rmse_clean_seeds"]))
+    gained = ode["30"]["rmse_clean"] - ext["rmse_clean"]
+    assert gained > cells("pilot_rnn_dt_base_iterations.json")["30"]["rmse_clean"] - dt["30"][
+        "rmse_clean"] > 0
+    assert ext["rmse_clean"] < dt["30"]["rmse_clean"]
+    text = SE.CHOICES["latent ODE training"]
+    assert "At n = 30 it did better at each seed" in text and "is below Table 2's RNN + dt" in text
 
 
 def test_every_spirals_weight_matches_the_full_settings():
@@ -1085,3 +1096,48 @@ def test_a_cell_whose_seeds_never_started_is_shown_not_trained():
         text = table2(record, compact)
         assert "| RNN | not trained | 7.500 ± " in text and "| 2 " in text
     assert '"RNN" below "Last observation" at no n (of 50);' in targets(record)
+
+
+@pytest.mark.slow
+def test_an_extending_pilot_trains_on_from_table2s_finished_unit(tmp_path):
+    from reproduce.common import AppendLog, Checkpoint, CheckpointError
+    name, iters = "latent_ode_extended", SE.SETTINGS["smoke"]["iters"]["latent_ode_gru"]
+    total = SE.iterations(SE.SETTINGS["smoke"], "latent_ode_gru", name)
+    extra = total - iters
+    assert extra > 1
+    # without Table 2's finished unit there is nothing to train on
+    with pytest.raises(CheckpointError, match="missing: train it first"):
+        _run(tmp_path, "e", "--pilot", name)
+    assert _run(tmp_path, "e", "--train-only", "latent_ode_gru", "--train-only-n", "30") == 0
+    assert _run(tmp_path, "e", "--pilot", name) == 0
+    final, ckpt = tmp_path / "e_ckpt" / "final", tmp_path / "e_ckpt"
+    table2 = Checkpoint(str(final / "latent_ode_gru_n30_seed0.ckpt")).load()
+    unit = f"pilot_{name}_n30_seed0"
+    ext = Checkpoint(str(final / f"{unit}.ckpt")).load()
+    assert ext["step"] == ext["config"]["n_iters"] == total and table2["step"] == iters
+    assert ext["config"] == dict(table2["config"], model=unit, n_iters=total, extends=True)
+    # Table 2's run is its first `iters` steps: checks, restarts, curve and time carry on
+    assert ext["validation"][:len(table2["validation"])] == table2["validation"]
+    assert len(ext["validation"]) > len(table2["validation"]) and ext["starts"] == table2["starts"]
+    assert ext["history"]["loss"][:iters].tolist() == table2["history"]["loss"].tolist()
+    assert len(ext["history"]["loss"]) == total and ext["seconds"] > table2["seconds"]
+    assert ext["best"]["score"] == min(v["score"] for v in ext["validation"])
+    # the learning rate runs the last `extra` steps of Table 2's schedule again
+    old = [r["lr"] for r in AppendLog(str(ckpt / "latent_ode_gru_n30_seed0.log.jsonl")).read()]
+    new = [r.get("lr") for r in AppendLog(str(ckpt / f"{unit}.log.jsonl")).read()]
+    assert len(old) == iters and new[:iters] == [None] * iters  # the carried curve: loss, NFE
+    assert new[iters:] == pytest.approx(old[iters - extra:], rel=1e-12) and len(new) == total
+    # killed during its extension, resumed: the same numbers
+    assert _run(tmp_path, "k", "--train-only", "latent_ode_gru", "--train-only-n", "30") == 0
+    with pytest.raises(KeyboardInterrupt):
+        _run(tmp_path, "k", "--pilot", name, "--stop-after", "1")
+    assert _run(tmp_path, "k", "--resume", "--pilot", name) == 0
+    again = Checkpoint(str(tmp_path / "k_ckpt" / "final" / f"{unit}.ckpt")).load()
+    assert all(np.array_equal(again["params"][g][k], ext["params"][g][k])
+               for g in ext["params"] for k in ext["params"][g])
+    assert again["validation"] == ext["validation"]
+    # a Table 2 unit made with other settings is refused
+    Checkpoint(str(tmp_path / "k_ckpt" / "final" / "latent_ode_gru_n30_seed0.ckpt")).save(
+        dict(table2, config=dict(table2["config"], lr=0.5)))
+    with pytest.raises(CheckpointError, match=r"of other settings: lr=0.5 \(not 0.01\)"):
+        _run(tmp_path, "k", "--pilot", name)

@@ -81,9 +81,12 @@ SETTINGS = {
 # of Table 2's unit of that model, seed and n ("shares": which of that unit's random draws the
 # pilot's then are). Overrides are TRAINING's keys, and iters_factor: the pilot's iterations are
 # the mode's times this (the learning rate's decay spread over them; not in the checkpoints'
-# configuration, whose n_iters says it). The RNN pilots are the learning-rate and iteration
-# search; their lengths are multiples of the mode's rnn_pilot_iters, Table 2's RNN iterations
-# when they ran, so that they stay the runs they were whatever Table 2 takes.
+# configuration, whose n_iters says it), and extends: the pilot trains on from Table 2's
+# finished unit (latent.train's extends: its own schedule) to those iterations. The RNN pilots
+# are the learning-rate and iteration search; their lengths are multiples of the mode's
+# rnn_pilot_iters, Table 2's RNN iterations when they ran, so that they stay the runs they were
+# whatever Table 2 takes.
+_EXTRA, _GRU = 0.5, TRAINING["latent_ode_gru"]  # latent_ode_extended's
 RNN_SHARES = "every draw (its initial parameters; full batches: no other noise)"
 _BASE = SETTINGS["full"]["rnn_pilot_iters"]
 _BASE_ABOUT = (f"the RNN pilots' base length ({_BASE} iterations in --full), the same learning "
@@ -142,6 +145,17 @@ PILOTS = {
                            if factor * _BASE == SETTINGS["full"]["iters"]["rnn_dt"] else ""),
         "shares": RNN_SHARES}
        for word, factor in (("twice", 2), ("four_times", 4))},
+    "latent_ode_extended": {
+        "model": "latent_ode_gru",
+        "overrides": {"iters_factor": 1 + _EXTRA, "extends": True},
+        "about": f"Table 2's Latent ODE trained on from where it finished for {_EXTRA:.0%} of its "
+                 "iterations again, the learning rate running that last part of its schedule "
+                 f"again ({_GRU['lr'] * (_GRU['lr_final'] / _GRU['lr']) ** (1 - _EXTRA):g} "
+                 f"decaying to {_GRU['lr_final']:g}; Adam's moments afresh), validation choosing "
+                 "among the checks of both runs: whether Table 2's length stopped short of the "
+                 "best (its validation checks were still improving at its end)",
+        "shares": "Table 2's unit's whole run up to its end (parameters, checks, choice of "
+                  "start); its training noise after is its own"},
     "rnn_dt_lr_0.03_full": {
         "model": "rnn_dt",
         "overrides": {"lr": 3e-2, "lr_final": 3e-4},
@@ -237,6 +251,22 @@ CHOICES = {
                        "of its units were first trained as the units of a pilot with its "
                        "settings and draws (gru_encoder_6_starts) and then renamed: such a pilot "
                        "trains this model's units to the last digit (tested)",
+    "latent ODE training": f"Adam on minibatches of {_GRU['batch_size']} training series, its "
+                           f"learning rate decaying exponentially from {_GRU['lr']:g} to "
+                           f"{_GRU['lr_final']:g} over the iterations (training; with restarts "
+                           "each start trains the schedule's first start_iters steps), the "
+                           "gradient's global norm capped at clip, the parameters of the best "
+                           "validation check kept. Most of its units' checks were still "
+                           "improving at the end (the selection table), so pilot "
+                           "latent_ode_extended trains each unit on for half its iterations "
+                           "again. At n = 30 it did better at each seed, gained more than the "
+                           "RNN + dt did from twice its iterations (rnn_dt_base_iterations to "
+                           "Table 2's), and is below Table 2's RNN + dt (the pilots table): "
+                           "Table 2's Latent ODE is not trained to convergence, and the RNN + dt "
+                           "beating it is at least partly that. Table 2 still shows the shorter "
+                           "units: the pilot trains on from committed weights, while a Table 2 "
+                           "model trains from scratch; such a model, and the pilot at n = 50 "
+                           "and 100, are the runs still to do",
     "RNN baselines": f"vanilla tanh RNN, {HIDDEN_RNN} hidden, reading the observations "
                      "forwards, linear "
                      "read-out to the mean and log-std of a Gaussian over the next observation, "
@@ -284,7 +314,8 @@ CHOICES = {
                     f"{SETTINGS['full']['iters']['rnn']} iterations it did better than at "
                     f"{_BASE} at n = 50 and 100, not at n = 30 (its {_BASE}-iteration units are "
                     "pilot rnn_base_iterations). Trained this long, the RNN + dt is as good as "
-                    "our Latent ODE or better (the comparisons under Table 2), and the paper's "
+                    "our Latent ODE or better (the comparisons under Table 2; but see latent ODE "
+                    "training: that Latent ODE is not converged), and the paper's "
                     f"RNN row lies above even our RNN + dt after {_BASE // 3} iterations "
                     "(rnn_dt_third_iterations, n = 30). The paper gives no training details "
                     "for its RNN; a baseline trained far less than ours would explain the gap",
@@ -387,12 +418,16 @@ def train_unit(run, cfg, data, solver, model, n, seed, pilot=None):
     def validate(params):
         return score(model, params, data, n, data["val"], solver, step)["rmse_noisy"]
 
+    extends = None
+    if hyper.get("extends"):
+        table2 = run.final_weights(unit_name(model, n, seed))
+        extends = (cfg["iters"][model], lambda: table2.load(force=True))
     return train(run, unit_name(model, n, seed, pilot), init, objective,
                  iterations(cfg, model, pilot), hyper["lr"], cfg["ckpt_every"], seed=seed,
                  lr_final=hyper["lr_final"], clip=hyper["clip"], validate=validate,
                  validate_every=cfg["validate_every"], config=config,
                  rng_key=unit_name(hyper.get("draws", model), n, seed),
-                 starts=hyper.get("starts", 1), start_iters=cfg["start_iters"])
+                 starts=hyper.get("starts", 1), start_iters=cfg["start_iters"], extends=extends)
 
 
 def training_overrides(pilot=None):
@@ -499,19 +534,21 @@ def pilots(run, cfg, data, solver, eval_solver):
         hyper = dict(TRAINING[model], **training_overrides(name), iterations=planned)
         if hyper.get("starts", 1) > 1:
             hyper["start_iters"] = cfg["start_iters"]
+        if hyper.get("extends"):
+            draws = "each seed's unit is Table 2's unit of the same n and seed, trained on"
+        else:
+            draws = ("each seed's parameters and training noise "
+                     + ("(minibatches, posterior samples, encoder cuts) " if latent else "")
+                     + "come from the generator of Table 2's unit of "
+                     f"{TRAINING[model].get('draws', model)} of the same n and seed"
+                     + (" (with restarts: of that unit's start of the same number)"
+                        if latent else ""))
         run.save_results({"pilot": name, "base": LABELS[model],
                           "overrides": PILOTS[name]["overrides"], "by_n": by_n},
                          choices={"pilot": PILOTS[name]["about"],
                                   "training": f"Table 2's {LABELS[model]} with the change: "
                                               f"{hyper}",
-                                  "draws": "each seed's parameters and training noise "
-                                           + ("(minibatches, posterior samples, encoder cuts) "
-                                              if latent else "")
-                                           + "come from the generator of Table 2's unit of "
-                                           f"{TRAINING[model].get('draws', model)} of the same n "
-                                           "and seed" + (" (with restarts: of that unit's start "
-                                                         "of the same number)" if latent else "")
-                                           + f"; it shares {PILOTS[name]['shares']}",
+                                  "draws": f"{draws}; it shares {PILOTS[name]['shares']}",
                                   "seeds": "as Table 2's: the mean and sample sd over the seeds "
                                            "that finished (inference_gap: the mean of theirs), "
                                            "each seed's own under by_seed",
