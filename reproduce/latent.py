@@ -234,8 +234,9 @@ def train(run, key, init, loss_and_grad, n_iters, lr, ckpt_every, seed=None, lr_
     restarts, time and training curve carry on."""
     seed = run.seed if seed is None else seed
     span = extends[0] if extends else n_iters
-    if not 0 < span <= n_iters:
-        raise ValueError(f"{key}: extends a unit of {span} steps to n_iters={n_iters}")
+    if not 0 < span <= n_iters <= 2 * span:  # the replay must lie within the old schedule
+        raise ValueError(f"{key}: extends a unit of {span} steps to n_iters={n_iters}, not to "
+                         f"between {span} and {2 * span}")
     decay = None if lr_final is None else (
         lambda step: (lr_final / lr) ** ((step if step < span else step - n_iters + span) / span))
     config = dict(config or {}, seed=seed, lr=lr, lr_final=lr_final)
@@ -275,15 +276,19 @@ def train(run, key, init, loss_and_grad, n_iters, lr, ckpt_every, seed=None, lr_
         same = dict(run.config, n_iters=steps, clip=clip,
                     validate_every=validate_every if validate else None,
                     **{k: v for k, v in config.items() if k != "extends"})
-        if state is None or state["step"] != steps or any(made.get(k) != v
-                                                          for k, v in same.items()):
+        wrong = [f"{k}={made.get(k)!r} (not {v!r})" for k, v in same.items() if made.get(k) != v]
+        if state is not None and state["step"] != steps:
+            wrong.append(f"{state['step']} iterations (not {steps})")
+        if state is None or wrong:
             raise CheckpointError(
                 f"{key} trains on a finished unit of {steps} iterations with its settings, and "
-                "that unit's final weights are " + (
-                    "missing: train it first" if state is None else "of other settings: "
-                    + ", ".join(f"{k}={made.get(k)!r} (not {v!r})" for k, v in same.items()
-                                if made.get(k) != v) + f"; {state['step']} iterations"))
+                "that unit's final weights are " + ("missing: train it first" if state is None
+                                                     else "of other settings: " + ", ".join(wrong)))
         history = state["history"]
+        if len(history["loss"]) != steps:
+            raise CheckpointError(f"{key}: the finished unit's training curve keeps "
+                                  f"{len(history['loss'])} of its {steps} steps (thinned), so "
+                                  "it cannot carry on as this unit's")
         return {**{k: state[k] for k in ("params", "step", "seconds", "best", "validation")},
                 **({"starts": state["starts"]} if "starts" in state else {}),
                 "optimizer": Adam(lr).state_dict(), "rng": model_rng(seed, key).get_state(),

@@ -1131,6 +1131,8 @@ def test_an_extending_pilot_trains_on_from_table2s_finished_unit(tmp_path):
     assert _run(tmp_path, "k", "--train-only", "latent_ode_gru", "--train-only-n", "30") == 0
     with pytest.raises(KeyboardInterrupt):
         _run(tmp_path, "k", "--pilot", name, "--stop-after", "1")
+    cut = Checkpoint(str(tmp_path / "k_ckpt" / f"{unit}.ckpt")).load(force=True)
+    assert cut["step"] == iters + 1  # resumed from its own checkpoint, inside the extension
     assert _run(tmp_path, "k", "--resume", "--pilot", name) == 0
     again = Checkpoint(str(tmp_path / "k_ckpt" / "final" / f"{unit}.ckpt")).load()
     assert all(np.array_equal(again["params"][g][k], ext["params"][g][k])
@@ -1141,3 +1143,12 @@ def test_an_extending_pilot_trains_on_from_table2s_finished_unit(tmp_path):
         dict(table2, config=dict(table2["config"], lr=0.5)))
     with pytest.raises(CheckpointError, match=r"of other settings: lr=0.5 \(not 0.01\)"):
         _run(tmp_path, "k", "--pilot", name)
+    # and so is one that stopped short of its iterations
+    Checkpoint(str(tmp_path / "k_ckpt" / "final" / "latent_ode_gru_n30_seed0.ckpt")).save(
+        dict(table2, step=iters - 1))
+    with pytest.raises(CheckpointError, match=rf"settings: {iters - 1} iterations \(not {iters}\)"):
+        _run(tmp_path, "k", "--pilot", name)
+    # an extension must replay the old schedule's last steps: at most twice its length
+    from reproduce.latent import train
+    with pytest.raises(ValueError, match="between 5 and 10"):
+        train(None, "u", None, None, 11, 0.1, 1, seed=0, lr_final=0.01, extends=(5, None))

@@ -153,7 +153,7 @@ PILOTS = {
                  f"again ({_GRU['lr'] * (_GRU['lr_final'] / _GRU['lr']) ** (1 - _EXTRA):g} "
                  f"decaying to {_GRU['lr_final']:g}; Adam's moments afresh), validation choosing "
                  "among the checks of both runs: whether Table 2's length stopped short of the "
-                 "best (its validation checks were still improving at its end)",
+                 "best (most of its units selected a check in the last quarter of their run)",
         "shares": "Table 2's unit's whole run up to its end (parameters, checks, choice of "
                   "start); its training noise after is its own"},
     "rnn_dt_lr_0.03_full": {
@@ -256,8 +256,8 @@ CHOICES = {
                            f"{_GRU['lr_final']:g} over the iterations (training; with restarts "
                            "each start trains the schedule's first start_iters steps), the "
                            "gradient's global norm capped at clip, the parameters of the best "
-                           "validation check kept. Most of its units' checks were still "
-                           "improving at the end (the selection table), so pilot "
+                           "validation check kept. Most of its units selected a check in the "
+                           "last quarter of their run (the selection table), so pilot "
                            "latent_ode_extended trains each unit on for half its iterations "
                            "again. At n = 30 it did better at each seed, gained more than the "
                            "RNN + dt did from twice its iterations (rnn_dt_base_iterations to "
@@ -265,8 +265,9 @@ CHOICES = {
                            "Table 2's Latent ODE is not trained to convergence, and the RNN + dt "
                            "beating it is at least partly that. Table 2 still shows the shorter "
                            "units: the pilot trains on from committed weights, while a Table 2 "
-                           "model trains from scratch; such a model, and the pilot at n = 50 "
-                           "and 100, are the runs still to do",
+                           "model trains from scratch; such a model, and the pilot's units at "
+                           "n = 50 and 100 (partly trained, not yet scored), are the runs still "
+                           "to do",
     "RNN baselines": f"vanilla tanh RNN, {HIDDEN_RNN} hidden, reading the observations "
                      "forwards, linear "
                      "read-out to the mean and log-std of a Gaussian over the next observation, "
