@@ -262,6 +262,19 @@ def _write_atomic(path, data):
     os.replace(tmp, path)
 
 
+def config_diff(saved, config, ignore=()):
+    """The keys on which two configurations differ (a key missing from one differs), sorted."""
+    return sorted(k for k in set(saved) | set(config)
+                  if k not in ignore and saved.get(k) != config.get(k))
+
+
+def unit_config(run, key, n_iters, clip=None, validate=None, validate_every=None, config=None):
+    """The configuration a unit trained by `fit` is saved with (its checkpoint and weights must
+    match it): the run's, the unit's name and schedule, and the model's own settings."""
+    return dict(run.config, model=key, n_iters=n_iters, clip=clip,
+                validate_every=validate_every if validate else None, **(config or {}))
+
+
 class Checkpoint:
     """A pickled state dict with a SHA-256 of its bytes, written atomically. `load` returns None
     unless resuming (or forced) and the file exists, and raises CheckpointError for a file that is
@@ -297,8 +310,7 @@ class Checkpoint:
         if not isinstance(state, dict):
             raise self._fail("not a checkpoint of this project")
         saved = state.get("config") or {}
-        diff = [] if config is None else sorted(k for k in set(saved) | set(config)
-                                                if k not in ignore and saved.get(k) != config.get(k))
+        diff = [] if config is None else config_diff(saved, config, ignore)
         if diff:
             raise self._fail("made with other settings (" + ", ".join(
                 f"{k}: {saved.get(k)!r} there, {config.get(k)!r} here" for k in diff) + ")")
@@ -386,8 +398,7 @@ def fit(run, key, params, objective, optimizer, n_iters, every=100, config=None,
     its per-step records under "log_records", which start this unit's log).
     Returns the state dict, with state["history"] read back from the log.
     """
-    config = dict(run.config, model=key, n_iters=n_iters, clip=clip,
-                  validate_every=validate_every if validate else None, **(config or {}))
+    config = unit_config(run, key, n_iters, clip, validate, validate_every, config)
     ckpt, log, weights = run.checkpoint(key), run.log(key), run.final_weights(key)
     if run.args.evaluate_only:
         return _trained_state(ckpt, log, weights, config, params)

@@ -14,7 +14,8 @@ import numpy as np
 from autograd.scipy.special import expit
 
 from odeint_autograd import SolverStats, odeint
-from reproduce.common import LOG_2PI, Adam, CheckpointError, fit, model_rng, positive
+from reproduce.common import (LOG_2PI, Adam, CheckpointError, config_diff, fit, model_rng,
+                              positive, unit_config)
 from reproduce.markdown import table
 
 # ---------------------------------------------------------------------------------------------
@@ -227,13 +228,13 @@ def train(run, key, init, loss_and_grad, n_iters, lr, ckpt_every, seed=None, lr_
     with its optimiser and generator, to n_iters as this unit (state["starts"]: their scores;
     state["seconds"]: every start's time).
 
-    extends=(steps, load): train on a finished unit of this same training, load() -> its final
-    weights after `steps` of its own schedule (over `steps`), to n_iters: the learning rate runs
+    extends=(unit, steps): train on from the final weights of `unit`, a finished unit of this
+    same training but for its name and its `steps` iterations, to n_iters: the learning rate runs
     that schedule's last n_iters - steps steps again, Adam's moments start afresh (final weights
     do not keep them), the generator is this unit's own, and its checks, best parameters,
     restarts, time and training curve carry on."""
     seed = run.seed if seed is None else seed
-    span = extends[0] if extends else n_iters
+    span = extends[1] if extends else n_iters
     if not 0 < span <= n_iters <= 2 * span:  # the replay must lie within the old schedule
         raise ValueError(f"{key}: extends a unit of {span} steps to n_iters={n_iters}, not to "
                          f"between {span} and {2 * span}")
@@ -270,20 +271,20 @@ def train(run, key, init, loss_and_grad, n_iters, lr, ckpt_every, seed=None, lr_
         return state
 
     def extended():
-        steps, load = extends
-        state = load()
-        made = (state or {}).get("config", {})
-        same = dict(run.config, n_iters=steps, clip=clip,
-                    validate_every=validate_every if validate else None,
-                    **{k: v for k, v in config.items() if k != "extends"})
-        wrong = [f"{k}={made.get(k)!r} (not {v!r})" for k, v in same.items() if made.get(k) != v]
-        if state is not None and state["step"] != steps:
+        unit, steps = extends
+        state = run.final_weights(unit).load(force=True)
+        if state is None:
+            raise CheckpointError(f"{key} trains on from the final weights of {unit}, which are "
+                                  "missing: train it first")
+        made = state.get("config") or {}
+        same = unit_config(run, unit, steps, clip, validate, validate_every,
+                           {k: v for k, v in config.items() if k != "extends"})
+        wrong = [f"{k}={made.get(k)!r} (not {same.get(k)!r})" for k in config_diff(made, same)]
+        if state["step"] != steps:
             wrong.append(f"{state['step']} iterations (not {steps})")
-        if state is None or wrong:
-            raise CheckpointError(
-                f"{key} trains on a finished unit of {steps} iterations with its settings, and "
-                "that unit's final weights are " + ("missing: train it first" if state is None
-                                                     else "of other settings: " + ", ".join(wrong)))
+        if wrong:
+            raise CheckpointError(f"{key} trains on from the final weights of {unit}, which are "
+                                  "of other settings: " + ", ".join(wrong))
         history = state["history"]
         if len(history["loss"]) != steps:
             raise CheckpointError(f"{key}: the finished unit's training curve keeps "

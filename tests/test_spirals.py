@@ -1151,4 +1151,4 @@ def test_an_extending_pilot_trains_on_from_table2s_finished_unit(tmp_path):
     # an extension must replay the old schedule's last steps: at most twice its length
     from reproduce.latent import train
     with pytest.raises(ValueError, match="between 5 and 10"):
-        train(None, "u", None, None, 11, 0.1, 1, seed=0, lr_final=0.01, extends=(5, None))
+        train(None, "u", None, None, 11, 0.1, 1, seed=0, lr_final=0.01, extends=("t", 5))

@@ -419,10 +419,7 @@ def train_unit(run, cfg, data, solver, model, n, seed, pilot=None):
     def validate(params):
         return score(model, params, data, n, data["val"], solver, step)["rmse_noisy"]
 
-    extends = None
-    if hyper.get("extends"):
-        table2 = run.final_weights(unit_name(model, n, seed))
-        extends = (cfg["iters"][model], lambda: table2.load(force=True))
+    extends = (unit_name(model, n, seed), cfg["iters"][model]) if hyper.get("extends") else None
     return train(run, unit_name(model, n, seed, pilot), init, objective,
                  iterations(cfg, model, pilot), hyper["lr"], cfg["ckpt_every"], seed=seed,
                  lr_final=hyper["lr_final"], clip=hyper["clip"], validate=validate,
