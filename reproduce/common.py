@@ -316,6 +316,15 @@ class Checkpoint:
                 f"{k}: {saved.get(k)!r} there, {config.get(k)!r} here" for k in diff) + ")")
         return state
 
+    def digest(self):
+        """The SHA-256 its file records of its contents (None if there is no file): what a
+        results file keeps to tell whether the weights it scored are still these."""
+        if not os.path.exists(self.path):
+            return None
+        with open(self.path, "rb") as f:
+            head = f.read(len(self.MAGIC) + 64)
+        return head[len(self.MAGIC):].decode("ascii", "replace") or None
+
     def save(self, state):
         payload = pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
         _write_atomic(self.path,

@@ -232,7 +232,8 @@ def train(run, key, init, loss_and_grad, n_iters, lr, ckpt_every, seed=None, lr_
     same training but for its name and its `steps` iterations, to n_iters: the learning rate runs
     that schedule's last n_iters - steps steps again, Adam's moments start afresh (final weights
     do not keep them), the generator is this unit's own, and its checks, best parameters,
-    restarts, time and training curve carry on."""
+    restarts, time and training curve carry on. Should `unit` change later (trained again),
+    this unit is refused, as its checks no longer begin with that unit's."""
     seed = run.seed if seed is None else seed
     span = extends[1] if extends else n_iters
     if not 0 < span <= n_iters <= 2 * span:  # the replay must lie within the old schedule
@@ -298,6 +299,15 @@ def train(run, key, init, loss_and_grad, n_iters, lr, ckpt_every, seed=None, lr_
                                                       history["nfe_b"])]}
 
     if extends:
+        if run.args.resume or run.args.evaluate_only:  # going on from this unit's own state
+            mine = run.checkpoint(key).load(force=True) or run.final_weights(key).load(force=True)
+            source = run.final_weights(extends[0]).load(force=True)
+            if mine and source and (mine["validation"][:len(source["validation"])]
+                                    != source["validation"]):
+                raise CheckpointError(
+                    f"{key} trained on from {extends[0]}, which has changed since (its checks "
+                    f"do not begin this unit's): rerun without --resume to train {key} on from "
+                    f"it again, or restore {extends[0]}'s earlier weights")
         return run_fit(key, model_rng(seed, key), initial=extended)
     return run_fit(key, model_rng(seed, rng_key or key),
                    initial=best_start if starts > 1 else None)

@@ -636,7 +636,7 @@ def test_table2_means_only_the_finished_seeds_and_lists_the_others(tmp_path):
 
 @pytest.mark.slow
 def test_a_pilot_trains_its_own_unit_from_table2s_draws_and_leaves_table2_alone(
-        tmp_path, monkeypatch):
+        tmp_path, monkeypatch, capsys):
     from reproduce.common import Checkpoint, CheckpointError
     from reproduce.spirals import experiment as SE
     from reproduce.spirals.report import pilots
@@ -724,14 +724,21 @@ def test_a_pilot_trains_its_own_unit_from_table2s_draws_and_leaves_table2_alone(
     assert (f"| unchanged | 30 | 0 | 5 | {x:.3f} ({noisy:.3f}) | {x:.3f} | {by_map:.3f} | "
             f"{x:.3f} ({x:.3f}) |") in text
     assert r["last_iterate"]["rmse_clean"] > 0
-    # a second seed trained (--seeds) is then evaluated by default beside the first, and the
+    # a second seed trained alone (--seeds) joins the first seed's scores in the record, which
+    # keeps them (the weights they scored unchanged); evaluated by default beside the first, the
     # unchanged pilot's cell is Table 2's cell of the same two seeds, mean, sd and all
+    first = json.loads((tmp_path / "g" / "pilot_unchanged.json").read_text())
+    assert first["results"]["by_n"]["30"]["by_seed"]["0"]["weights_sha256"] == Checkpoint(
+        str(tmp_path / "g_ckpt" / "final" / "pilot_unchanged_n30_seed0.ckpt")).digest()
     assert _run(tmp_path, "g", "--resume", "--pilot", "unchanged", "--seeds", "1") == 0
-    assert json.loads((tmp_path / "g" / "pilot_unchanged.json").read_text())["results"][
-        "by_n"]["30"]["seeds"] == [1]
+    both = json.loads((tmp_path / "g" / "pilot_unchanged.json").read_text())["results"]
+    assert both["by_n"]["30"]["seeds"] == [0, 1]
+    assert both["by_n"]["30"]["by_seed"]["0"] == first["results"]["by_n"]["30"]["by_seed"]["0"]
+    assert both["by_n"]["30"]["by_seed"]["1"]["scored"]["command"].endswith("--seeds 1")
     assert _run(tmp_path, "g", "--resume", "--evaluate-only", "--pilot", "unchanged") == 0
     cell = json.loads((tmp_path / "g" / "pilot_unchanged.json").read_text())["results"][
         "by_n"]["30"]
+    assert cell == dict(both["by_n"]["30"], by_seed=cell["by_seed"])  # scored again: the same
     t2 = table[one_layer]["30"]
     assert cell["seeds"] == t2["seeds"] == [0, 1] and list(cell["by_seed"]) == ["0", "1"]
     for key in ("rmse_clean", "rmse_clean_sd", "rmse_clean_seeds", "rmse_noisy"):
@@ -748,6 +755,63 @@ def test_a_pilot_trains_its_own_unit_from_table2s_draws_and_leaves_table2_alone(
     # the seeds' spread quoted beside the pilots is the record's, not a number in the code
     assert (f"sample sd of {t2['rmse_clean_sd']:.3f} (\"{one_layer}\", "
             "n = 30)" in text)
+    # a run at another n keeps n = 30, and the report names both commands that scored it
+    record_path = tmp_path / "g" / "pilot_unchanged.json"
+    assert _run(tmp_path, "g", "--resume", "--pilot", "unchanged", "--train-only-n", "50",
+                "--seeds", "0") == 0
+    by_n = json.loads(record_path.read_text())["results"]["by_n"]
+    assert list(by_n) == ["30", "50"] and by_n["30"]["by_seed"] == cell["by_seed"]
+    text = pilots(record)
+    assert ("--evaluate-only --pilot unchanged`" in text
+            and "--pilot unchanged --train-only-n 50 --seeds 0`" in text)
+
+    def again():  # n = 50 seed 0 scored again: what is kept of n = 30, and what is said
+        capsys.readouterr()
+        assert _run(tmp_path, "g", "--resume", "--evaluate-only", "--pilot", "unchanged",
+                    "--train-only-n", "50", "--seeds", "0") == 0
+        return (json.loads(record_path.read_text())["results"]["by_n"],
+                capsys.readouterr().out)
+
+    # a seed whose weights changed since is dropped, and why is said
+    weights = Checkpoint(str(tmp_path / "g_ckpt" / "final" / "pilot_unchanged_n30_seed1.ckpt"))
+    changed = weights.load(force=True)
+    changed["best"]["params"]["dyn"]["W1"] = changed["best"]["params"]["dyn"]["W1"] + 1e-3
+    weights.save(changed)
+    by_n, said = again()
+    assert ("n = 30 seed 1 scored earlier is dropped (pilot_unchanged_n30_seed1's final weights "
+            "are not the ones it scored)") in said
+    assert by_n["30"]["seeds"] == [0] and list(by_n["30"]["by_seed"]) == ["0"]
+    assert by_n["30"]["rmse_clean"] == cell["rmse_clean_seeds"][0]
+    # a finished checkpoint that is not its final weights: scored, but with no digest to keep
+    ckpt = Checkpoint(str(tmp_path / "g_ckpt" / "pilot_unchanged_n30_seed1.ckpt"))
+    assert ckpt.load(force=True)["step"] == 5
+    assert _run(tmp_path, "g", "--resume", "--evaluate-only", "--pilot", "unchanged",
+                "--seeds", "1") == 0
+    by_n = json.loads(record_path.read_text())["results"]["by_n"]
+    assert by_n["30"]["by_seed"]["1"]["weights_sha256"] is None
+    assert by_n["30"]["by_seed"]["1"]["rmse_clean"] == cell["rmse_clean_seeds"][1]
+    by_n, said = again()
+    assert "n = 30 seed 1 scored earlier is dropped (it had" not in said
+    assert "n = 30 seed 1 scored earlier is dropped (no digest of final weights" in said
+    # an entry from before the digests is dropped, as is a record of other settings
+    older = json.loads(record_path.read_text())
+    del older["results"]["by_n"]["30"]["by_seed"]["0"]["weights_sha256"]
+    record_path.write_text(json.dumps(older))
+    by_n, said = again()
+    assert "n = 30 seed 0 scored earlier is dropped (no digest of final weights" in said
+    assert list(by_n) == ["50"]
+    assert _run(tmp_path, "g", "--resume", "--pilot", "unchanged", "--seeds", "0") == 0
+    other = json.loads(record_path.read_text())
+    assert list(other["results"]["by_n"]) == ["30", "50"]
+    other["config"]["tol"] = 1e-3
+    record_path.write_text(json.dumps(other))
+    by_n, said = again()
+    assert "made with other settings (tol)" in said and list(by_n) == ["50"]
+    other["config"]["tol"] = None
+    other["choices"]["training"] += " and more"
+    record_path.write_text(json.dumps(other))
+    by_n, said = again()
+    assert "made with other settings (training)" in said and list(by_n) == ["50"]
     # a pilot's checkpoint refuses other settings, its architecture included
     monkeypatch.setitem(SE.PILOTS, "two_layer_dynamics", {"overrides": {"dyn_hidden": [20, 9]},
                                                           "about": "changed", "shares": "some"})
@@ -984,16 +1048,30 @@ def test_rnn_training_choice_holds_for_the_committed_results():
     text = SE.CHOICES["RNN training"]
     assert "not at n = 30" in text and "as good as our Latent ODE or better" in text
     # CHOICES["latent ODE training"]: at n = 30 the Latent ODE trained on did better at each
-    # seed, gained more than the RNN + dt from twice its iterations, and is below the RNN + dt
-    ext = cells("pilot_latent_ode_extended.json")["30"]
-    assert ext["seeds"] == ode["30"]["seeds"] and "unfinished_seeds" not in ext
-    assert all(a < b for a, b in zip(ext["rmse_clean_seeds"], ode["30"]["rmse_clean_seeds"]))
-    gained = ode["30"]["rmse_clean"] - ext["rmse_clean"]
-    assert gained > cells("pilot_rnn_dt_base_iterations.json")["30"]["rmse_clean"] - dt["30"][
-        "rmse_clean"] > 0
-    assert ext["rmse_clean"] < dt["30"]["rmse_clean"]
+    # seed, gained more than the RNN + dt from twice its iterations, and is below the RNN + dt;
+    # at n = 50 and 100 it gained less and stays above it, by less than its seeds' sd
+    ext = cells("pilot_latent_ode_extended.json")
+    dt_base = cells("pilot_rnn_dt_base_iterations.json")
+    for n in ("30", "50", "100"):
+        assert ext[n]["seeds"] == ode[n]["seeds"] == [0, 1, 2] and "unfinished_seeds" not in ext[n]
+        gained, dt_gained = (ode[n]["rmse_clean"] - ext[n]["rmse_clean"],
+                             dt_base[n]["rmse_clean"] - dt[n]["rmse_clean"])
+        if n == "30":
+            assert all(a < b for a, b in zip(ext[n]["rmse_clean_seeds"],
+                                             ode[n]["rmse_clean_seeds"]))
+            assert gained > dt_gained > 0 and ext[n]["rmse_clean"] < dt[n]["rmse_clean"]
+        else:
+            assert 0 < gained < dt_gained
+            assert 0 < ext[n]["rmse_clean"] - dt[n]["rmse_clean"] < ext[n]["rmse_clean_sd"]
+    assert ext["50"]["best_step_seeds"][0] == ode["50"]["best_step_seeds"][0] == 7250
+    planned = ext["30"]["by_seed"]["0"]["of"]
+    late = [s > 0.75 * planned for n in ext for s in ext[n]["best_step_seeds"]]
+    assert len(late) == 9 and sum(late) > 4.5 and sum(late[:3]) == 3  # most; each at n = 30
     text = SE.CHOICES["latent ODE training"]
-    assert "At n = 30 it did better at each seed" in text and "is below Table 2's RNN + dt" in text
+    for claim in ("At n = 30 it did better at each seed", "is below Table 2's RNN + dt",
+                  "At n = 50 and 100 it gained less than that RNN + dt gain and stays above "
+                  "Table 2's RNN + dt, by less than one sd of its seeds", "check of step 7250"):
+        assert claim in text, claim
 
 
 def test_every_spirals_weight_matches_the_full_settings():
@@ -1109,6 +1187,9 @@ def test_an_extending_pilot_trains_on_from_table2s_finished_unit(tmp_path):
     with pytest.raises(CheckpointError, match="missing: train it first"):
         _run(tmp_path, "e", "--pilot", name)
     assert _run(tmp_path, "e", "--train-only", "latent_ode_gru", "--train-only-n", "30") == 0
+    with pytest.raises(SystemExit) as err:  # nothing of the pilot to evaluate yet
+        _run(tmp_path, "e", "--resume", "--evaluate-only", "--pilot", name)
+    assert err.value.code == 2
     assert _run(tmp_path, "e", "--pilot", name) == 0
     final, ckpt = tmp_path / "e_ckpt" / "final", tmp_path / "e_ckpt"
     table2 = Checkpoint(str(final / "latent_ode_gru_n30_seed0.ckpt")).load()
@@ -1133,6 +1214,16 @@ def test_an_extending_pilot_trains_on_from_table2s_finished_unit(tmp_path):
         _run(tmp_path, "k", "--pilot", name, "--stop-after", "1")
     cut = Checkpoint(str(tmp_path / "k_ckpt" / f"{unit}.ckpt")).load(force=True)
     assert cut["step"] == iters + 1  # resumed from its own checkpoint, inside the extension
+    # its Table 2 unit trained again meanwhile: refused before a step is trained on
+    source = Checkpoint(str(tmp_path / "k_ckpt" / "final" / "latent_ode_gru_n30_seed0.ckpt"))
+    kept = source.load()
+    source.save(dict(kept, validation=[dict(v, score=v["score"] * (1 + 1e-9))
+                                       for v in kept["validation"]]))
+    with pytest.raises(CheckpointError, match="which has changed since"):
+        _run(tmp_path, "k", "--resume", "--pilot", name)
+    assert Checkpoint(str(tmp_path / "k_ckpt" / f"{unit}.ckpt")).load(force=True)["step"] == (
+        iters + 1)
+    source.save(kept)
     assert _run(tmp_path, "k", "--resume", "--pilot", name) == 0
     again = Checkpoint(str(tmp_path / "k_ckpt" / "final" / f"{unit}.ckpt")).load()
     assert all(np.array_equal(again["params"][g][k], ext["params"][g][k])
@@ -1148,6 +1239,13 @@ def test_an_extending_pilot_trains_on_from_table2s_finished_unit(tmp_path):
         dict(table2, step=iters - 1))
     with pytest.raises(CheckpointError, match=rf"settings: {iters - 1} iterations \(not {iters}\)"):
         _run(tmp_path, "k", "--pilot", name)
+    # a Table 2 unit trained again after the pilot trained on from it: the pilot is refused
+    assert _run(tmp_path, "e", "--resume", "--evaluate-only", "--pilot", name) == 0
+    retrained = dict(table2, validation=[dict(v, score=v["score"] * (1 + 1e-9))
+                                         for v in table2["validation"]])
+    Checkpoint(str(final / "latent_ode_gru_n30_seed0.ckpt")).save(retrained)
+    with pytest.raises(CheckpointError, match="latent_ode_gru_n30_seed0, which has changed since"):
+        _run(tmp_path, "e", "--resume", "--evaluate-only", "--pilot", name)
     # an extension must replay the old schedule's last steps: at most twice its length
     from reproduce.latent import train
     with pytest.raises(ValueError, match="between 5 and 10"):

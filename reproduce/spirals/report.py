@@ -244,6 +244,17 @@ def inference_gap(record):
             + table(["z0"] + [f"n = {n}" for n in ns], rows))
 
 
+def _scored_by(pilot):
+    """The commands (and dates) that scored a pilot record's seeds: the record's own, or each
+    seed's where runs of some of its units added up to it."""
+    seen = {}
+    for cell in pilot["results"]["by_n"].values():
+        for entry in cell["by_seed"].values():
+            scored = entry.get("scored") or {"command": pilot["command"], "date": pilot.get("date")}
+            seen.setdefault(scored["command"], scored["date"] or "?")
+    return "; ".join(f"`{command}`, {date}" for command, date in seen.items())
+
+
 def pilots(record):
     """The candidate changes tried on Table 2's models (pilot_*.json beside the record,
     written by --pilot), each beside the Table 2 model it changes, same seeds and n."""
@@ -263,8 +274,7 @@ def pilots(record):
         some_seed = next(iter(next(iter(by_n.values()))["by_seed"].values()))
         model = _label(parse_unit_name(some_seed["table2_unit"])[0])  # the model it changes
         lines.append(f"- {name}, a change to Table 2's \"{model}\": {pilot['choices']['pilot']}; "
-                     f"{pilot['choices']['draws']} (`{pilot['command']}`, "
-                     f"{pilot.get('date', '?')})")
+                     f"{pilot['choices']['draws']} ({_scored_by(pilot)})")
         for n, cell in sorted(by_n.items(), key=lambda kv: int(kv[0])):
             entry = table2.get(model, {}).get(n, {})
             base = [entry["rmse_clean_seeds"][entry["seeds"].index(s)]
