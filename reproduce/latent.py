@@ -302,8 +302,7 @@ def train(run, key, init, loss_and_grad, n_iters, lr, ckpt_every, seed=None, lr_
         if run.args.resume or run.args.evaluate_only:  # going on from this unit's own state
             mine = run.checkpoint(key).load(force=True) or run.final_weights(key).load(force=True)
             source = run.final_weights(extends[0]).load(force=True)
-            if mine and source and (mine["validation"][:len(source["validation"])]
-                                    != source["validation"]):
+            if mine and source and not carries_on(mine, source):
                 raise CheckpointError(
                     f"{key} trained on from {extends[0]}, which has changed since (its checks "
                     f"do not begin this unit's): rerun without --resume to train {key} on from "
@@ -311,6 +310,13 @@ def train(run, key, init, loss_and_grad, n_iters, lr, ckpt_every, seed=None, lr_
         return run_fit(key, model_rng(seed, key), initial=extended)
     return run_fit(key, model_rng(seed, rng_key or key),
                    initial=best_start if starts > 1 else None)
+
+
+def carries_on(state, source):
+    """Whether a unit's state (train's extends) still carries on `source`'s, the finished
+    unit's it trained on from: its checks begin with source's (not so once source is trained
+    again)."""
+    return state["validation"][:len(source["validation"])] == source["validation"]
 
 
 def chosen_start(starts):

@@ -1177,7 +1177,7 @@ def test_a_cell_whose_seeds_never_started_is_shown_not_trained():
 
 
 @pytest.mark.slow
-def test_an_extending_pilot_trains_on_from_table2s_finished_unit(tmp_path):
+def test_an_extending_pilot_trains_on_from_table2s_finished_unit(tmp_path, capsys):
     from reproduce.common import AppendLog, Checkpoint, CheckpointError
     name, iters = "latent_ode_extended", SE.SETTINGS["smoke"]["iters"]["latent_ode_gru"]
     total = SE.iterations(SE.SETTINGS["smoke"], "latent_ode_gru", name)
@@ -1246,6 +1246,14 @@ def test_an_extending_pilot_trains_on_from_table2s_finished_unit(tmp_path):
     Checkpoint(str(final / "latent_ode_gru_n30_seed0.ckpt")).save(retrained)
     with pytest.raises(CheckpointError, match="latent_ode_gru_n30_seed0, which has changed since"):
         _run(tmp_path, "e", "--resume", "--evaluate-only", "--pilot", name)
+    # and the pilot's record drops that seed's scores when a run at another n rewrites it
+    assert _run(tmp_path, "e", "--train-only", "latent_ode_gru", "--train-only-n", "50") == 0
+    capsys.readouterr()
+    assert _run(tmp_path, "e", "--pilot", name, "--train-only-n", "50") == 0
+    assert ("n = 30 seed 0 scored earlier is dropped (latent_ode_gru_n30_seed0, which it trained "
+            "on from, has changed since)") in capsys.readouterr().out
+    assert list(json.loads((tmp_path / "e" / f"pilot_{name}.json").read_text())["results"][
+        "by_n"]) == ["50"]
     # an extension must replay the old schedule's last steps: at most twice its length
     from reproduce.latent import train
     with pytest.raises(ValueError, match="between 5 and 10"):

@@ -24,10 +24,11 @@ import os
 import re
 
 import numpy as np
+from autograd.misc import flatten
 
 from reproduce.common import Run, config_diff, jsonable, now, partial_note, read_json
-from reproduce.latent import (PAPER_TOL, add_solver_args, measure_solvers, solver_from_args,
-                              train, training_summary)
+from reproduce.latent import (PAPER_TOL, add_solver_args, carries_on, measure_solvers,
+                              solver_from_args, train, training_summary)
 
 from .data import N_OBS, SPIRAL, make_dataset, observed
 from .figures import figure_9, figure_10, figure_training
@@ -521,15 +522,12 @@ def pilots(run, cfg, data, solver, eval_solver):
                 result = evaluate_unit(
                     model, state, data, n, eval_solver, seed, step,
                     refine=dict(solver=solver, maxiter=maxiter) if latent else None)
-                source = unit_name(model, n, seed)
                 entry = scored.setdefault(n, {})[seed] = {
-                    "unit": unit, "table2_unit": source,
+                    "unit": unit, "table2_unit": unit_name(model, n, seed),
                     "iterations": state["step"], "of": planned, **result,
                     "training": training_summary(state),
                     "weights_sha256": _scored_weights(run, unit, state, planned),
                     "scored": {"command": run.command, "date": now()}}
-                if hyper.get("extends"):
-                    entry["source_sha256"] = run.final_weights(source).digest()
                 if latent:
                     entry["inference_gap"] = inference_gap(
                         best_params(state), data, n, eval_solver, solver, maxiter)
@@ -571,9 +569,10 @@ def pilots(run, cfg, data, solver, eval_solver):
 def _earlier_scores(run, name, planned, training, scored):
     """The seeds of pilot `name`'s record in this run's output folder that this run did not
     score ({n: {seed: entry}} as `scored`) and may keep: from a record of this run's settings
-    and training, of units that finished this pilot's iterations and whose final weights (and
-    an extending pilot's Table 2 unit's) are still the ones scored, by their SHA-256. Each one
-    dropped is said, with why, so that it can be scored again."""
+    and training, of units that finished this pilot's iterations and whose final weights are
+    still the ones scored (their SHA-256), and that an extending pilot's unit still carries on
+    its Table 2 unit (latent.carries_on). Each one dropped is said, with why, so that it can be
+    scored again."""
     record = read_json(run.path(f"pilot_{name}.json"))
     if record is None:
         return {}
@@ -596,8 +595,9 @@ def _earlier_scores(run, name, planned, training, scored):
                        "checkpoint, or before records kept one")
             elif run.final_weights(entry["unit"]).digest() != entry["weights_sha256"]:
                 why = f"{entry['unit']}'s final weights are not the ones it scored"
-            elif "source_sha256" in entry and (run.final_weights(entry["table2_unit"]).digest()
-                                               != entry["source_sha256"]):
+            elif PILOTS[name]["overrides"].get("extends") and not carries_on(
+                    run.final_weights(entry["unit"]).load(force=True),
+                    run.final_weights(entry["table2_unit"]).load(force=True)):
                 why = f"{entry['table2_unit']}, which it trained on from, has changed since"
             else:
                 kept.setdefault(int(n), {})[int(seed)] = entry
@@ -612,14 +612,9 @@ def _scored_weights(run, unit, state, planned):
     (best_params of `state`, which --evaluate-only may have read from a checkpoint), else None."""
     final = run.final_weights(unit)
     saved = final.load(force=True) if state["step"] >= planned else None
-    return final.digest() if saved and _same(best_params(saved), best_params(state)) else None
-
-
-def _same(a, b):
-    """Whether two parameter trees (dicts of arrays) are equal to the last digit."""
-    if isinstance(a, dict):
-        return isinstance(b, dict) and a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
-    return np.array_equal(a, b)
+    same = saved and np.array_equal(flatten(best_params(saved))[0],
+                                    flatten(best_params(state))[0])
+    return final.digest() if same else None
 
 
 def _pilot_cell(entries, planned, latent):
