@@ -281,6 +281,7 @@ class Checkpoint:
     truncated, corrupted or made with another configuration."""
 
     MAGIC = b"neural-odes-checkpoint v1\n"
+    HEAD = len(MAGIC) + 64  # the magic line, then the payload's SHA-256 in hex
 
     def __init__(self, path, enabled=True):
         self.path, self.enabled = path, enabled
@@ -297,10 +298,9 @@ class Checkpoint:
             return None
         with open(self.path, "rb") as f:
             blob = f.read()
-        head = len(self.MAGIC) + 64
-        if not blob.startswith(self.MAGIC) or len(blob) <= head:
+        if not blob.startswith(self.MAGIC) or len(blob) <= self.HEAD:
             raise self._fail("not a checkpoint of this project, or truncated")
-        digest, payload = blob[len(self.MAGIC):head].decode("ascii", "replace"), blob[head:]
+        digest, payload = self._recorded(blob), blob[self.HEAD:]
         if hashlib.sha256(payload).hexdigest() != digest:
             raise self._fail("corrupted (its checksum does not match)")
         try:
@@ -322,8 +322,10 @@ class Checkpoint:
         if not os.path.exists(self.path):
             return None
         with open(self.path, "rb") as f:
-            head = f.read(len(self.MAGIC) + 64)
-        return head[len(self.MAGIC):].decode("ascii", "replace") or None
+            return self._recorded(f.read(self.HEAD)) or None
+
+    def _recorded(self, head):
+        return head[len(self.MAGIC):self.HEAD].decode("ascii", "replace")
 
     def save(self, state):
         payload = pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
