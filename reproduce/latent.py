@@ -231,7 +231,7 @@ def train(run, key, init, loss_and_grad, n_iters, lr, ckpt_every, seed=None, lr_
     extends=(unit, steps): train on from the final weights of `unit`, a finished unit of this
     same training but for its name and its `steps` iterations, to n_iters: the learning rate runs
     that schedule's last n_iters - steps steps again, Adam's moments start afresh (final weights
-    do not keep them), the generator is this unit's own, and its checks, best parameters,
+    do not keep them), the generator is (seed, rng_key or key), and its checks, best parameters,
     restarts, time and training curve carry on. Should `unit` change later (trained again),
     this unit is refused, as its checks no longer begin with that unit's."""
     seed = run.seed if seed is None else seed
@@ -293,7 +293,8 @@ def train(run, key, init, loss_and_grad, n_iters, lr, ckpt_every, seed=None, lr_
                                   "it cannot carry on as this unit's")
         return {**{k: state[k] for k in ("params", "step", "seconds", "best", "validation")},
                 **({"starts": state["starts"]} if "starts" in state else {}),
-                "optimizer": Adam(lr).state_dict(), "rng": model_rng(seed, key).get_state(),
+                "optimizer": Adam(lr).state_dict(),
+                "rng": model_rng(seed, rng_key or key).get_state(),
                 "log_records": [{"loss": float(loss), "nfe_f": int(f), "nfe_b": int(b)}
                                 for loss, f, b in zip(history["loss"], history["nfe_f"],
                                                       history["nfe_b"])]}
@@ -305,9 +306,10 @@ def train(run, key, init, loss_and_grad, n_iters, lr, ckpt_every, seed=None, lr_
             if mine and source and not carries_on(mine, source):
                 raise CheckpointError(
                     f"{key} trained on from {extends[0]}, which has changed since (its checks "
-                    f"do not begin this unit's): rerun without --resume to train {key} on from "
-                    f"it again, or restore {extends[0]}'s earlier weights")
-        return run_fit(key, model_rng(seed, key), initial=extended)
+                    f"do not begin this unit's): delete {key}'s checkpoint and final weights "
+                    f"to train it on again from {extends[0]} as it is now, or restore "
+                    f"{extends[0]}'s earlier weights")
+        return run_fit(key, model_rng(seed, rng_key or key), initial=extended)
     return run_fit(key, model_rng(seed, rng_key or key),
                    initial=best_start if starts > 1 else None)
 

@@ -468,7 +468,7 @@ def test_smoke_run_writes_results_and_resume_gives_the_same_numbers(tmp_path):
     assert _run(tmp_path, "whole") == 0
     record = json.loads((tmp_path / "whole" / "results.json").read_text())
     table = record["results"]["table2_rmse"]
-    latent = ["Latent ODE", "Latent ODE, tanh RNN encoder, 3 starts",
+    latent = ["Latent ODE", "Latent ODE, no warm restart", "Latent ODE, tanh RNN encoder, 3 starts",
               "Latent ODE, one-layer dynamics, tanh RNN encoder, 1 start",
               "Latent ODE, one-layer dynamics, tanh RNN encoder, 1 start, window ELBO"]
     assert list(table) == ["RNN", "RNN + dt", "RNN + dt, fed the true gaps"] + [
@@ -491,7 +491,7 @@ def test_smoke_run_writes_results_and_resume_gives_the_same_numbers(tmp_path):
     from reproduce.markdown import fmt
     from reproduce.spirals.report import restarts
     text = restarts(record)
-    for model, starts in (("latent_ode_2l", 3), ("latent_ode_gru", 6)):
+    for model, starts in (("latent_ode_2l", 3), ("latent_ode_extended", 6)):
         for n in (30, 50, 100):
             tr = record["results"]["training"][f"{model}_n{n}_seed0"]
             assert len(tr["start_scores"]) == starts and 0 <= tr["start_chosen"] < starts
@@ -500,7 +500,14 @@ def test_smoke_run_writes_results_and_resume_gives_the_same_numbers(tmp_path):
             assert f"- {SM.LABELS[model]}, n = {n}: seed 0: {', '.join(marks)}\n" in text + "\n"
     from reproduce.spirals.experiment import TRAINING
     listed = {line[2:].split(", n = ")[0] for line in text.splitlines() if line.startswith("- ")}
-    assert listed == {SM.LABELS[m] for m in SM.MODELS if TRAINING[m].get("starts", 1) > 1}
+    assert listed == {SM.LABELS[m] for m in SE.UNIT_MODELS if TRAINING[m].get("starts", 1) > 1}
+    # the first stage's time is in its unit's (the one that trains on from it), counted once
+    from reproduce.spirals.report import trained_seconds
+    tr = record["results"]["training"]
+    assert tr["latent_ode_extended_n30_seed0"]["seconds_total"] > tr[
+        "latent_ode_gru_n30_seed0"]["seconds_total"]
+    assert trained_seconds(record) == pytest.approx(sum(
+        v["seconds_total"] for k, v in tr.items() if not k.startswith("latent_ode_gru_")))
     # and the validation RMSE that selected each model's parameters, beside its test RMSE
     from reproduce.spirals.report import selection
     cell = table["RNN + dt"]["50"]
@@ -520,10 +527,11 @@ def test_smoke_run_writes_results_and_resume_gives_the_same_numbers(tmp_path):
     for f in ("fig9.png", "fig10.png", "training.png"):
         assert (tmp_path / "whole" / f).stat().st_size > 10_000
     # killed in the middle of the one-layer latent ODE (after 5 + 5 iterations of the RNNs, 6 x 2
-    # + 3 of the GRU model, 3 x 2 + 3 of the two-layer one and 3 of its own; its last checkpoint
-    # is at 2), then resumed: validation, learning-rate decay and clipping included
+    # + 3 of the GRU model and 3 of its warm restart, 3 x 2 + 3 of the two-layer one and 3 of its
+    # own; its last checkpoint is at 2), then resumed: validation, learning-rate decay and
+    # clipping included
     with pytest.raises(KeyboardInterrupt):
-        _run(tmp_path, "split", "--stop-after", "37")
+        _run(tmp_path, "split", "--stop-after", "40")
     assert _run(tmp_path, "split", "--resume") == 0
     resumed = json.loads((tmp_path / "split" / "results.json").read_text())
     assert resumed["results"]["table2_rmse"] == table
@@ -555,7 +563,7 @@ def test_inference_gap_fits_z0_per_test_spiral_and_leaves_table2_alone(tmp_path)
             both["recognition network"] * (1 + 1e-6))
         assert (by_start["fitted to the noise-free window"]["rmse_clean_window"]
                 <= by_start["recognition network"]["rmse_clean_window"] * (1 + 1e-6))
-        assert record["results"]["models"][n]["unit"] == f"latent_ode_gru_n{n}_seed0"
+        assert record["results"]["models"][n]["unit"] == f"latent_ode_extended_n{n}_seed0"
 
 
 @pytest.mark.slow
@@ -569,6 +577,7 @@ def test_training_split_by_n_then_gathered_gives_the_numbers_of_one_run(tmp_path
             ("latent_ode", ""), ("latent_ode_elbo", ""), ("rnn_dt", ""), ("rnn", "")]
         + [("latent_ode_2l", s) for s in ("", "_start0", "_start1", "_start2")]
         + [("latent_ode_gru", s) for s in ["", *(f"_start{j}" for j in range(6))]]
+        + [("latent_ode_extended", "")]
         for ext in ("ckpt", "log.jsonl"))
     assert _run(tmp_path, "byn", "--resume", "--only", "latent_ode_n30_seed0",
                 "latent_ode_n50_seed0") == 0
@@ -596,10 +605,10 @@ def test_training_split_by_n_then_gathered_gives_the_numbers_of_one_run(tmp_path
 @pytest.mark.slow
 def test_table2_means_only_the_finished_seeds_and_lists_the_others(tmp_path):
     # seed 0: 4 models x 3 n x 5 iterations, the two-layer latent ODE's 3 starts x 2 + 3 and the
-    # GRU one's 6 x 2 + 3 at each n: 132 steps; then RNN n = 30 seed 1 finishes (137) and RNN +
-    # dt n = 30 seed 1 is killed after 2 more (its checkpoint at step 2)
+    # GRU one's 6 x 2 + 3 and 3 of its warm restart at each n: 141 steps; then RNN n = 30 seed 1
+    # finishes (146) and RNN + dt n = 30 seed 1 is killed after 2 more (its checkpoint at step 2)
     with pytest.raises(KeyboardInterrupt):
-        _run(tmp_path, "p", "--seeds", "0", "1", "--stop-after", "139")
+        _run(tmp_path, "p", "--seeds", "0", "1", "--stop-after", "148")
     assert _run(tmp_path, "p", "--seeds", "0", "1", "--resume", "--evaluate-only") == 0
     record = json.loads((tmp_path / "p" / "results.json").read_text())["results"]
     table = record["table2_rmse"]
@@ -1036,41 +1045,38 @@ def test_rnn_training_choice_holds_for_the_committed_results():
         return results["by_n"] if "by_n" in results else results["table2_rmse"]
 
     table2 = cells("results.json")
-    rnn, dt, ode = (table2[label] for label in ("RNN", "RNN + dt", "Latent ODE"))
+    rnn, dt, ode, first = (table2[label] for label in (
+        "RNN", "RNN + dt", "Latent ODE", SM.LABELS["latent_ode_gru"]))
     base = cells("pilot_rnn_base_iterations.json")
     for n in ("50", "100"):  # longer training did better at n = 50 and 100
         assert rnn[n]["rmse_clean"] < base[n]["rmse_clean"]
     assert rnn["30"]["rmse_clean"] >= base["30"]["rmse_clean"]  # not at n = 30
-    for n in ("30", "50", "100"):  # the RNN + dt as good as our Latent ODE or better
-        assert dt[n]["rmse_clean"] <= ode[n]["rmse_clean"]
+    for n in ("50", "100"):  # the RNN + dt below our Latent ODE, by less than its seeds' sd
+        assert 0 < ode[n]["rmse_clean"] - dt[n]["rmse_clean"] < ode[n]["rmse_clean_sd"]
+    assert dt["30"]["rmse_clean"] > ode["30"]["rmse_clean"]  # and above it at n = 30
     third = cells("pilot_rnn_dt_third_iterations.json")["30"]["rmse_clean"]
     assert report.published.TABLE2["rnn"][30] > third
     text = SE.CHOICES["RNN training"]
-    assert "not at n = 30" in text and "as good as our Latent ODE or better" in text
-    # CHOICES["latent ODE training"]: at n = 30 the Latent ODE trained on did better at each
-    # seed, gained more than the RNN + dt from twice its iterations, and is below the RNN + dt;
-    # at n = 50 and 100 it gained less and stays above it, by less than its seeds' sd
-    ext = cells("pilot_latent_ode_extended.json")
-    dt_base = cells("pilot_rnn_dt_base_iterations.json")
-    for n in ("30", "50", "100"):
-        assert ext[n]["seeds"] == ode[n]["seeds"] == [0, 1, 2] and "unfinished_seeds" not in ext[n]
-        gained, dt_gained = (ode[n]["rmse_clean"] - ext[n]["rmse_clean"],
-                             dt_base[n]["rmse_clean"] - dt[n]["rmse_clean"])
-        if n == "30":
-            assert all(a < b for a, b in zip(ext[n]["rmse_clean_seeds"],
-                                             ode[n]["rmse_clean_seeds"]))
-            assert gained > dt_gained > 0 and ext[n]["rmse_clean"] < dt[n]["rmse_clean"]
-        else:
-            assert 0 < gained < dt_gained
-            assert 0 < ext[n]["rmse_clean"] - dt[n]["rmse_clean"] < ext[n]["rmse_clean_sd"]
-    assert ext["50"]["best_step_seeds"][0] == ode["50"]["best_step_seeds"][0] == 7250
-    planned = ext["30"]["by_seed"]["0"]["of"]
-    late = [s > 0.75 * planned for n in ext for s in ext[n]["best_step_seeds"]]
-    assert len(late) == 9 and sum(late) > 4.5 and sum(late[:3]) == 3  # most; each at n = 30
+    assert "not at n = 30" in text and ("below our Latent ODE at n = 50 and 100, by less than "
+                                        "one sd of the Latent ODE's seeds, and above it at n = "
+                                        "30") in text
+    # CHOICES["latent ODE training"]: the first stage had not converged (most of its units
+    # selected a check in their last quarter), the warm restart lowered the mean at each n,
+    # most at n = 30, n = 50 seed 0 kept its step-7250 check, and most units again selected a
+    # check in their last quarter
+    full = SE.SETTINGS["full"]["iters"]
+    for cell, planned in ((first, full["latent_ode_gru"]), (ode, full[SM.LATENT_ODE])):
+        late = [s > 0.75 * planned for n in ("30", "50", "100") for s in cell[n]["best_step_seeds"]]
+        assert len(late) == 9 and sum(late) > 4.5
+    gained = {n: first[n]["rmse_clean"] - ode[n]["rmse_clean"] for n in ("30", "50", "100")}
+    assert min(gained.values()) > 0 and max(gained, key=gained.get) == "30"
+    assert ode["50"]["best_step_seeds"][0] == first["50"]["best_step_seeds"][0] == 7250
+    for cell in (ode, first):
+        assert all(c["seeds"] == [0, 1, 2] and "unfinished_seeds" not in c for c in cell.values())
     text = SE.CHOICES["latent ODE training"]
-    for claim in ("At n = 30 it did better at each seed", "is below Table 2's RNN + dt",
-                  "At n = 50 and 100 it gained less than that RNN + dt gain and stays above "
-                  "Table 2's RNN + dt, by less than one sd of its seeds", "check of step 7250"):
+    for claim in ("selected a check in the last quarter of their run", "lowered the mean RMSE "
+                  "at each n, most at n = 30", "check of step 7250", "Most of its units again "
+                  "selected a check in their last quarter"):
         assert claim in text, claim
 
 
@@ -1079,6 +1085,7 @@ def test_every_spirals_weight_matches_the_full_settings():
     # the units: each unit in weights/spirals names itself, finished what --full now plans for
     # it, and was trained with --full's data and checks and its model's (or pilot's) training
     from reproduce.common import Checkpoint
+    from reproduce.latent import carries_on
     folder = os.path.join(os.path.dirname(SE.__file__), "..", "..", "weights", "spirals")
     names = sorted(f[:-len(".ckpt")] for f in os.listdir(folder) if f.endswith(".ckpt"))
     assert len(names) >= 18
@@ -1098,6 +1105,12 @@ def test_every_spirals_weight_matches_the_full_settings():
             expected["start_iters"] = full["start_iters"]
         assert {k: state["config"].get(k) for k in expected} == expected, name
         assert state["step"] == expected["n_iters"], name
+        assert state["config"].get("extends") == hyper.get("extends"), name
+        if "extends" in hyper:  # its first stage is the committed unit it trained on from
+            _, n, _ = SE.parse_unit_name(name)
+            first = Checkpoint(os.path.join(folder, SE.unit_name(hyper["extends"], n, seed)
+                                            + ".ckpt")).load()
+            assert carries_on(state, first) and state["starts"] == first["starts"], name
 
 
 def test_the_report_says_where_map_raises_or_lowers_the_latent_odes_rmse():
@@ -1176,84 +1189,117 @@ def test_a_cell_whose_seeds_never_started_is_shown_not_trained():
     assert '"RNN" below "Last observation" at no n (of 50);' in targets(record)
 
 
+def test_training_time_counts_a_first_stage_once():
+    # a first stage's time is inside the unit that trains on from it; a record without that
+    # unit (made before the stage was one) counts the first stage's own
+    from reproduce.spirals.report import trained_seconds
+    old = {"results": {"training": {"rnn_n30_seed0": {"seconds_total": 2.0},
+                                    "latent_ode_gru_n30_seed0": {"seconds_total": 5.0}}}}
+    assert trained_seconds(old) == 7.0
+    new = {"results": {"training": dict(old["results"]["training"], latent_ode_extended_n30_seed0={
+        "seconds_total": 8.0}, latent_ode_gru_n50_seed0={"seconds_total": 1.0})}}
+    assert trained_seconds(new) == 11.0
+
+
+def test_a_pilot_cannot_change_or_make_an_extending_model(tmp_path, monkeypatch):
+    for name, pilot in (("of_extended", {"model": SM.LATENT_ODE, "overrides": {}}),
+                        ("extending", {"overrides": {"extends": "latent_ode_2l"}})):
+        monkeypatch.setitem(SE.PILOTS, name, dict(pilot, about="", shares=""))
+        with pytest.raises(ValueError, match=f"pilot {name}: a pilot trains in one stage"):
+            _run(tmp_path, name, "--pilot", name)
+
+
 @pytest.mark.slow
-def test_an_extending_pilot_trains_on_from_table2s_finished_unit(tmp_path, capsys):
+def test_the_latent_ode_trains_on_from_its_first_stage_in_one_unit(tmp_path, monkeypatch):
     from reproduce.common import AppendLog, Checkpoint, CheckpointError
-    name, iters = "latent_ode_extended", SE.SETTINGS["smoke"]["iters"]["latent_ode_gru"]
-    total = SE.iterations(SE.SETTINGS["smoke"], "latent_ode_gru", name)
+    model, first = SM.LATENT_ODE, "latent_ode_gru"
+    assert SE.stages(model) == [first, model] and SE.TRAINING[model]["extends"] == first
+    iters, total = (SE.SETTINGS["smoke"]["iters"][m] for m in (first, model))
     extra = total - iters
     assert extra > 1
-    # without Table 2's finished unit there is nothing to train on
-    with pytest.raises(CheckpointError, match="missing: train it first"):
-        _run(tmp_path, "e", "--pilot", name)
-    assert _run(tmp_path, "e", "--train-only", "latent_ode_gru", "--train-only-n", "30") == 0
-    with pytest.raises(SystemExit) as err:  # nothing of the pilot to evaluate yet
-        _run(tmp_path, "e", "--resume", "--evaluate-only", "--pilot", name)
-    assert err.value.code == 2
-    assert _run(tmp_path, "e", "--pilot", name) == 0
+    # the first stage is no unit of its own: two workers never train it side by side
+    run = SE.make_run(["--smoke"])
+    assert f"{model}_n30_seed0" in SE.units(run) and not any(
+        u.startswith(first) for u in SE.units(run))
+    for flags in (["--only", f"{first}_n30_seed0"], ["--train-only", first]):
+        with pytest.raises(SystemExit) as err:
+            _run(tmp_path, "e", *flags)
+        assert err.value.code == 2
+    # its unit trains the first stage, then trains on from it
+    assert _run(tmp_path, "e", "--train-only", model, "--train-only-n", "30") == 0
     final, ckpt = tmp_path / "e_ckpt" / "final", tmp_path / "e_ckpt"
-    table2 = Checkpoint(str(final / "latent_ode_gru_n30_seed0.ckpt")).load()
-    unit = f"pilot_{name}_n30_seed0"
+    assert sorted(p.name for p in final.iterdir()) == sorted([f"{first}_n30_seed0.ckpt",
+                                                             f"{model}_n30_seed0.ckpt"])
+    stage1 = Checkpoint(str(final / f"{first}_n30_seed0.ckpt")).load()
+    unit = f"{model}_n30_seed0"
     ext = Checkpoint(str(final / f"{unit}.ckpt")).load()
-    assert ext["step"] == ext["config"]["n_iters"] == total and table2["step"] == iters
-    assert ext["config"] == dict(table2["config"], model=unit, n_iters=total, extends=True)
-    # Table 2's run is its first `iters` steps: checks, restarts, curve and time carry on
-    assert ext["validation"][:len(table2["validation"])] == table2["validation"]
-    assert len(ext["validation"]) > len(table2["validation"]) and ext["starts"] == table2["starts"]
-    assert ext["history"]["loss"][:iters].tolist() == table2["history"]["loss"].tolist()
-    assert len(ext["history"]["loss"]) == total and ext["seconds"] > table2["seconds"]
+    assert ext["step"] == ext["config"]["n_iters"] == total and stage1["step"] == iters
+    assert ext["config"] == dict(stage1["config"], model=unit, n_iters=total, extends=first)
+    # the first stage's run is its first `iters` steps: checks, restarts, curve and time carry on
+    assert ext["validation"][:len(stage1["validation"])] == stage1["validation"]
+    assert len(ext["validation"]) > len(stage1["validation"]) and ext["starts"] == stage1["starts"]
+    assert ext["history"]["loss"][:iters].tolist() == stage1["history"]["loss"].tolist()
+    assert len(ext["history"]["loss"]) == total and ext["seconds"] > stage1["seconds"]
     assert ext["best"]["score"] == min(v["score"] for v in ext["validation"])
-    # the learning rate runs the last `extra` steps of Table 2's schedule again
-    old = [r["lr"] for r in AppendLog(str(ckpt / "latent_ode_gru_n30_seed0.log.jsonl")).read()]
+    # the learning rate runs the last `extra` steps of the first stage's schedule again
+    old = [r["lr"] for r in AppendLog(str(ckpt / f"{first}_n30_seed0.log.jsonl")).read()]
     new = [r.get("lr") for r in AppendLog(str(ckpt / f"{unit}.log.jsonl")).read()]
     assert len(old) == iters and new[:iters] == [None] * iters  # the carried curve: loss, NFE
     assert new[iters:] == pytest.approx(old[iters - extra:], rel=1e-12) and len(new) == total
-    # killed during its extension, resumed: the same numbers
-    assert _run(tmp_path, "k", "--train-only", "latent_ode_gru", "--train-only-n", "30") == 0
+    # its training noise after the first stage comes from its draws' generator, that of the
+    # pilot its committed units were trained as (so a fresh run retrains them): another draws
+    # gives the same first stage and another second one
+    assert SE.unit_name(SE.TRAINING[model]["draws"], 30, 0) == SE.unit_name(
+        first, 30, 0, pilot="latent_ode_extended")
+    monkeypatch.setitem(SE.TRAINING, model, dict(SE.TRAINING[model], draws="other"))
+    assert _run(tmp_path, "d", "--train-only", model, "--train-only-n", "30") == 0
+    other = Checkpoint(str(tmp_path / "d_ckpt" / "final" / f"{unit}.ckpt")).load()
+    assert other["history"]["loss"][:iters].tolist() == stage1["history"]["loss"].tolist()
+    assert other["history"]["loss"][iters:].tolist() != ext["history"]["loss"][iters:].tolist()
+    monkeypatch.undo()
+    # killed during its second stage, resumed: the same numbers
     with pytest.raises(KeyboardInterrupt):
-        _run(tmp_path, "k", "--pilot", name, "--stop-after", "1")
+        _run(tmp_path, "k", "--only", unit, "--stop-after", str(6 * 2 + 3 + 1))
     cut = Checkpoint(str(tmp_path / "k_ckpt" / f"{unit}.ckpt")).load(force=True)
     assert cut["step"] == iters + 1  # resumed from its own checkpoint, inside the extension
-    # its Table 2 unit trained again meanwhile: refused before a step is trained on
-    source = Checkpoint(str(tmp_path / "k_ckpt" / "final" / "latent_ode_gru_n30_seed0.ckpt"))
+    # its first stage's weights changed meanwhile (say, restored from another run; kept only as
+    # final weights): refused before a step is trained on
+    (tmp_path / "k_ckpt" / f"{first}_n30_seed0.ckpt").unlink()
+    source = Checkpoint(str(tmp_path / "k_ckpt" / "final" / f"{first}_n30_seed0.ckpt"))
     kept = source.load()
     source.save(dict(kept, validation=[dict(v, score=v["score"] * (1 + 1e-9))
                                        for v in kept["validation"]]))
-    with pytest.raises(CheckpointError, match="which has changed since"):
-        _run(tmp_path, "k", "--resume", "--pilot", name)
+    with pytest.raises(CheckpointError, match=f"{first}_n30_seed0, which has changed since"):
+        _run(tmp_path, "k", "--resume", "--only", unit)
     assert Checkpoint(str(tmp_path / "k_ckpt" / f"{unit}.ckpt")).load(force=True)["step"] == (
         iters + 1)
     source.save(kept)
-    assert _run(tmp_path, "k", "--resume", "--pilot", name) == 0
+    assert _run(tmp_path, "k", "--resume", "--only", unit) == 0
     again = Checkpoint(str(tmp_path / "k_ckpt" / "final" / f"{unit}.ckpt")).load()
     assert all(np.array_equal(again["params"][g][k], ext["params"][g][k])
                for g in ext["params"] for k in ext["params"][g])
     assert again["validation"] == ext["validation"]
-    # a Table 2 unit made with other settings is refused
-    Checkpoint(str(tmp_path / "k_ckpt" / "final" / "latent_ode_gru_n30_seed0.ckpt")).save(
-        dict(table2, config=dict(table2["config"], lr=0.5)))
+    # a first stage made with other settings is refused, as is one that stopped short
+    (tmp_path / "k_ckpt" / f"{unit}.ckpt").unlink()
+    (tmp_path / "k_ckpt" / "final" / f"{unit}.ckpt").unlink()
+    Checkpoint(str(tmp_path / "k_ckpt" / "final" / f"{first}_n30_seed0.ckpt")).save(
+        dict(stage1, config=dict(stage1["config"], lr=0.5)))
+    with pytest.raises(CheckpointError, match="lr"):  # refused by the first stage's own load
+        _run(tmp_path, "k", "--resume", "--only", unit)
+
+    def second_stage_alone():  # train_unit as a fresh run: it reads the first stage's weights
+        run = SE.make_run(["--smoke", "--checkpoint-dir", str(tmp_path / "k_ckpt")])
+        solver = SE.solver_from_args(run.args, SE.SETTINGS["smoke"]["tol"])[0]
+        return SE.train_unit(run, SE.SETTINGS["smoke"], SD.make_dataset(40), solver, model, 30, 0)
+
     with pytest.raises(CheckpointError, match=r"of other settings: lr=0.5 \(not 0.01\)"):
-        _run(tmp_path, "k", "--pilot", name)
-    # and so is one that stopped short of its iterations
-    Checkpoint(str(tmp_path / "k_ckpt" / "final" / "latent_ode_gru_n30_seed0.ckpt")).save(
-        dict(table2, step=iters - 1))
+        second_stage_alone()
+    Checkpoint(str(tmp_path / "k_ckpt" / "final" / f"{first}_n30_seed0.ckpt")).save(
+        dict(stage1, step=iters - 1))
     with pytest.raises(CheckpointError, match=rf"settings: {iters - 1} iterations \(not {iters}\)"):
-        _run(tmp_path, "k", "--pilot", name)
-    # a Table 2 unit trained again after the pilot trained on from it: the pilot is refused
-    assert _run(tmp_path, "e", "--resume", "--evaluate-only", "--pilot", name) == 0
-    retrained = dict(table2, validation=[dict(v, score=v["score"] * (1 + 1e-9))
-                                         for v in table2["validation"]])
-    Checkpoint(str(final / "latent_ode_gru_n30_seed0.ckpt")).save(retrained)
-    with pytest.raises(CheckpointError, match="latent_ode_gru_n30_seed0, which has changed since"):
-        _run(tmp_path, "e", "--resume", "--evaluate-only", "--pilot", name)
-    # and the pilot's record drops that seed's scores when a run at another n rewrites it
-    assert _run(tmp_path, "e", "--train-only", "latent_ode_gru", "--train-only-n", "50") == 0
-    capsys.readouterr()
-    assert _run(tmp_path, "e", "--pilot", name, "--train-only-n", "50") == 0
-    assert ("n = 30 seed 0 scored earlier is dropped (latent_ode_gru_n30_seed0, which it trained "
-            "on from, has changed since)") in capsys.readouterr().out
-    assert list(json.loads((tmp_path / "e" / f"pilot_{name}.json").read_text())["results"][
-        "by_n"]) == ["50"]
+        second_stage_alone()
+    Checkpoint(str(tmp_path / "k_ckpt" / "final" / f"{first}_n30_seed0.ckpt")).save(stage1)
+    assert second_stage_alone()["step"] == total
     # an extension must replay the old schedule's last steps: at most twice its length
     from reproduce.latent import train
     with pytest.raises(ValueError, match="between 5 and 10"):

@@ -17,8 +17,9 @@ observations backwards with their time gaps, 4-d latent, dynamics and decoder wi
 layer of 20 units); an RNN with 25 hidden units trained by Gaussian negative log-likelihood to
 predict the next observation; the same RNN with the time gap to the next observation as an extra
 input. Table 2: RMSE of each model's predictions at the 100 extrapolation times of the test set.
-Table 2's "Latent ODE" takes the public example's two-layer dynamics, a GRU recognition network
-and random restarts (CHOICES); the latent ODEs without them are rows beside it.
+Table 2's "Latent ODE" takes the public example's two-layer dynamics, a GRU recognition network,
+random restarts and a warm restart of its learning-rate schedule (CHOICES); the latent ODEs
+without them are rows beside it.
 """
 import os
 import re
@@ -27,7 +28,7 @@ import numpy as np
 from autograd.misc import flatten
 
 from reproduce.common import Run, config_diff, jsonable, now, partial_note, read_json
-from reproduce.latent import (PAPER_TOL, add_solver_args, carries_on, measure_solvers,
+from reproduce.latent import (PAPER_TOL, add_solver_args, measure_solvers,
                               solver_from_args, train, training_summary)
 
 from .data import N_OBS, SPIRAL, make_dataset, observed
@@ -45,9 +46,13 @@ from .models import (HIDDEN_MLP, HIDDEN_RNN, LABELS, LATENT, LATENT_MODELS, LATE
 # how many random starts it picks from by validation after start_iters steps (latent.train's
 # restarts; start_iters per mode in SETTINGS), the method of its adjoint solve if not
 # ADJOINT_METHOD, its recognition network's cell (models.ENCODERS) if not the vanilla RNN, and
-# "draws": the model whose units' generators it draws from, if not its own (so that a pilot's
-# units, trained from those draws, can become its own; not in the checkpoints' configuration,
-# which the promoted units' must match: a change of it needs fresh checkpoints).
+# "draws": the model (or "pilot_" + a pilot) whose units' generators it draws from, if not its
+# own (so that a pilot's units, trained from those draws, can become its own; an extending
+# model's first stage draws from its own model's; not in the checkpoints' configuration,
+# which the promoted units' must match: a change of it needs fresh checkpoints), and
+# "extends": the model whose finished unit of the same n and seed it trains on from
+# (latent.train's extends: a warm restart of the schedule's last part), that unit trained first
+# in the same unit of work (so it is no unit of its own: FIRST_STAGES).
 # The caps sit above the gradient norms of steady training (measured: RNNs 25-400 per series,
 # the latent ODE 300-900), so that they cut only the spikes.
 _LATENT, _LATENT_CUT = dict(lr=1e-2, lr_final=1e-4, clip=1000.0, batch_size=100), 0.5
@@ -61,18 +66,25 @@ TRAINING = {
 }
 TRAINING["latent_ode_gru"] = dict(TRAINING["latent_ode_2l"], encoder="gru", starts=6,
                                   draws="latent_ode_2l")
+TRAINING["latent_ode_extended"] = dict(TRAINING["latent_ode_gru"], extends="latent_ode_gru",
+                                       draws="pilot_latent_ode_extended")
+FIRST_STAGES = {t["extends"] for t in TRAINING.values() if "extends" in t}
+UNIT_MODELS = tuple(m for m in MODELS if m not in FIRST_STAGES)  # the models with units
 SETTINGS = {
     "smoke": dict(n_spirals=40, iters=dict(rnn=5, rnn_dt=5, latent_ode=5, latent_ode_elbo=5,
-                                           latent_ode_2l=5, latent_ode_gru=5),
+                                           latent_ode_2l=5, latent_ode_gru=5,
+                                           latent_ode_extended=8),
                   tol=1e-5, ckpt_every=2, validate_every=2, start_iters=2, rnn_pilot_iters=5),
     "quick": dict(n_spirals=200,
                   iters=dict(rnn=900, rnn_dt=900, latent_ode=400, latent_ode_elbo=400,
-                             latent_ode_2l=400, latent_ode_gru=400),
+                             latent_ode_2l=400, latent_ode_gru=400,
+                             latent_ode_extended=600),
                   tol=1e-5, ckpt_every=50, validate_every=50, start_iters=100,
                   rnn_pilot_iters=900),
     "full": dict(n_spirals=1000,
                  iters=dict(rnn=18000, rnn_dt=18000, latent_ode=20000, latent_ode_elbo=20000,
-                            latent_ode_2l=20000, latent_ode_gru=20000),
+                            latent_ode_2l=20000, latent_ode_gru=20000,
+                            latent_ode_extended=30000),
                  tol=1e-5, ckpt_every=250, validate_every=250, start_iters=1500,
                  rnn_pilot_iters=9000),
 }
@@ -80,14 +92,13 @@ SETTINGS = {
 # by --pilot as its own units (per seed, n = 30 unless --train-only-n says otherwise) beside
 # Table 2, which they leave alone. Everything else is that model's training, from the generator
 # of Table 2's unit of that model, seed and n ("shares": which of that unit's random draws the
-# pilot's then are). Overrides are TRAINING's keys, and iters_factor: the pilot's iterations are
-# the mode's times this (the learning rate's decay spread over them; not in the checkpoints'
-# configuration, whose n_iters says it), and extends: the pilot trains on from Table 2's
-# finished unit (latent.train's extends: its own schedule) to those iterations. The RNN pilots
-# are the learning-rate and iteration search; their lengths are multiples of the mode's
-# rnn_pilot_iters, Table 2's RNN iterations when they ran, so that they stay the runs they were
-# whatever Table 2 takes.
-_EXTRA, _GRU = 0.5, TRAINING["latent_ode_gru"]  # latent_ode_extended's
+# pilot's then are). Overrides are TRAINING's keys but extends (a pilot trains its own unit in
+# one stage, of a model that extends none), and iters_factor: the pilot's iterations are the
+# mode's times this (the learning rate's decay spread over them; not in the checkpoints'
+# configuration, whose n_iters says it). The RNN pilots are the learning-rate and iteration
+# search; their lengths are multiples of the mode's rnn_pilot_iters, Table 2's RNN iterations
+# when they ran, so that they stay the runs they were whatever Table 2 takes.
+_GRU = TRAINING["latent_ode_gru"]
 RNN_SHARES = "every draw (its initial parameters; full batches: no other noise)"
 _BASE = SETTINGS["full"]["rnn_pilot_iters"]
 _BASE_ABOUT = (f"the RNN pilots' base length ({_BASE} iterations in --full), the same learning "
@@ -146,17 +157,6 @@ PILOTS = {
                            if factor * _BASE == SETTINGS["full"]["iters"]["rnn_dt"] else ""),
         "shares": RNN_SHARES}
        for word, factor in (("twice", 2), ("four_times", 4))},
-    "latent_ode_extended": {
-        "model": "latent_ode_gru",
-        "overrides": {"iters_factor": 1 + _EXTRA, "extends": True},
-        "about": f"Table 2's Latent ODE trained on from where it finished for {_EXTRA:.0%} of its "
-                 "iterations again, the learning rate running that last part of its schedule "
-                 f"again ({_GRU['lr'] * (_GRU['lr_final'] / _GRU['lr']) ** (1 - _EXTRA):g} "
-                 f"decaying to {_GRU['lr_final']:g}; Adam's moments afresh), validation choosing "
-                 "among the checks of both runs: whether Table 2's length stopped short of the "
-                 "best (most of its units selected a check in the last quarter of their run)",
-        "shares": "Table 2's unit's whole run up to its end (parameters, checks, choice of "
-                  "start); its training noise after is its own"},
     "rnn_dt_lr_0.03_full": {
         "model": "rnn_dt",
         "overrides": {"lr": 3e-2, "lr_final": 3e-4},
@@ -241,39 +241,44 @@ CHOICES = {
                        "early: the unit trains `starts` draws for the first start_iters steps "
                        "of the schedule (training), and the one with the lowest validation RMSE "
                        "goes on to the end with its optimiser state (the other starts' time "
-                       "counted in its training time); 'Latent ODE' has besides a GRU encoder, "
-                       "which lowered two of three seeds' RMSE (pilot gru_encoder), and 6 starts "
-                       "where that row has 3: the second seed (seed 1) had stayed in a poor "
-                       "basin because all 3 of its starts ended the start phase there, and with "
-                       "6 starts each seed had a good one. The rows with restarts solve the "
-                       "adjoint by rkf23 (see solver). 'Latent ODE' draws from the generators "
-                       f"of the units of '{LABELS['latent_ode_2l']}' of the same n and seed "
-                       "(as pilot gru_encoder does: its first 3 starts are that pilot's). Some "
-                       "of its units were first trained as the units of a pilot with its "
-                       "settings and draws (gru_encoder_6_starts) and then renamed: such a pilot "
-                       "trains this model's units to the last digit (tested)",
+                       f"counted in its training time); '{LABELS['latent_ode_gru']}' has "
+                       "besides a GRU encoder, which lowered two of three seeds' RMSE (pilot "
+                       "gru_encoder), and 6 starts where that row has 3: the second seed (seed "
+                       "1) had stayed in a poor basin because all 3 of its starts ended the "
+                       "start phase there, and with 6 starts each seed had a good one. 'Latent "
+                       "ODE' is that model trained on by a warm restart (latent ODE training). "
+                       "The rows with restarts solve the adjoint by rkf23 (see solver). "
+                       f"'{LABELS['latent_ode_gru']}' draws from the generators of the units of "
+                       f"'{LABELS['latent_ode_2l']}' of the same n and seed (as pilot "
+                       "gru_encoder does: its first 3 starts are that pilot's). Some of its "
+                       "units were first trained as the units of a pilot with its settings and "
+                       "draws (gru_encoder_6_starts) and then renamed: such a pilot trains this "
+                       "model's units to the last digit (tested)",
     "latent ODE training": f"Adam on minibatches of {_GRU['batch_size']} training series, its "
                            f"learning rate decaying exponentially from {_GRU['lr']:g} to "
                            f"{_GRU['lr_final']:g} over the iterations (training; with restarts "
                            "each start trains the schedule's first start_iters steps), the "
                            "gradient's global norm capped at clip, the parameters of the best "
-                           "validation check kept. Most of its units selected a check in the "
-                           "last quarter of their run (the selection table), so pilot "
-                           "latent_ode_extended trains each unit on for half its iterations "
-                           "again (the pilots table). At n = 30 it did better at each seed, "
-                           "gained more than the RNN + dt did from twice its iterations "
-                           "(rnn_dt_base_iterations to Table 2's), and is below Table 2's "
-                           "RNN + dt. At n = 50 and 100 it gained less than that RNN + dt gain "
-                           "and stays above Table 2's RNN + dt, by less than one sd of its seeds; "
-                           "at n = 50 seed 0 kept its check of step 7250, a poor basin that "
-                           "longer training did not leave. Most of the extended units again "
-                           "selected a check in their last quarter. So Table 2's Latent ODE is "
-                           "not trained to convergence, and the RNN + dt beating it at n = 30 is "
-                           "that; at n = 50 and 100 it is not only that. Table 2 still shows the "
-                           "shorter units: the pilot trains on from committed weights, while a "
-                           "Table 2 model trains from scratch (such a model, "
-                           f"{round(SETTINGS['full']['iters']['latent_ode_gru'] * (1 + _EXTRA))} "
-                           "iterations from scratch, is the run still to do)",
+                           "validation check kept. Most units of "
+                           f"'{LABELS['latent_ode_gru']}' selected a check in the last quarter of "
+                           "their run (the selection table): they had not converged. So 'Latent "
+                           "ODE' trains on from each of them (its first stage, trained in the "
+                           "same unit of work) for half their iterations again, a warm restart: "
+                           "the learning rate runs the schedule's last half again "
+                           f"({_GRU['lr'] * (_GRU['lr_final'] / _GRU['lr']) ** 0.5:g} decaying "
+                           f"to {_GRU['lr_final']:g}), Adam's moments start afresh, and "
+                           "validation chooses among the checks of both stages. The restart "
+                           "lowered the mean RMSE at each n, most at n = 30; at n = 50 seed 0 "
+                           "kept its check of step 7250, a poor basin that longer training did "
+                           "not leave. Most of its units again selected a check in their last "
+                           "quarter, so even this length may stop short of convergence. Its "
+                           "units were first trained as the units of a pilot with these "
+                           "settings (latent_ode_extended) and then renamed; it draws its second "
+                           "stage's training noise from that pilot's generators (draws), so that "
+                           "a fresh run retrains them. That pilot was scored on the test spirals "
+                           "at every n before the warm restart was taken, so no test cell of "
+                           "'Latent ODE' is out of sample for that choice. Its starts and "
+                           "start_iters (training) are its first stage's",
     "RNN baselines": f"vanilla tanh RNN, {HIDDEN_RNN} hidden, reading the observations "
                      "forwards, linear "
                      "read-out to the mean and log-std of a Gaussian over the next observation, "
@@ -320,11 +325,10 @@ CHOICES = {
                     "steps in grows through training. The plain RNN takes the same training: at "
                     f"{SETTINGS['full']['iters']['rnn']} iterations it did better than at "
                     f"{_BASE} at n = 50 and 100, not at n = 30 (its {_BASE}-iteration units are "
-                    "pilot rnn_base_iterations). Trained this long, the RNN + dt is as good as "
-                    "our Latent ODE or better (the comparisons under Table 2; but see latent ODE "
-                    "training: trained on, that Latent ODE beats it at n = 30, not at n = 50 "
-                    "and 100), and the paper's "
-                    f"RNN row lies above even our RNN + dt after {_BASE // 3} iterations "
+                    "pilot rnn_base_iterations). Trained this long, the RNN + dt is below our "
+                    "Latent ODE at n = 50 and 100, by less than one sd of the Latent ODE's "
+                    "seeds, and above it at n = 30 (the comparisons under Table 2), and the "
+                    f"paper's RNN row lies above even our RNN + dt after {_BASE // 3} iterations "
                     "(rnn_dt_third_iterations, n = 30). The paper gives no training details "
                     "for its RNN; a baseline trained far less than ours would explain the gap",
     "baselines": "Last observation: the last observed (noisy) point repeated at every "
@@ -350,8 +354,10 @@ def add_args(parser):
                         help="train (or, with --resume, continue) only the models for these "
                              "numbers of observed points and stop: several such runs can share "
                              "the cores; a later --resume run without it then only evaluates")
-    parser.add_argument("--train-only", nargs="+", choices=MODELS, default=None,
-                        help="train only these models and stop (as --train-only-n)")
+    parser.add_argument("--train-only", nargs="+", choices=UNIT_MODELS, default=None,
+                        help="train only these models' units and stop (as --train-only-n); "
+                             "latent_ode_extended's unit trains latent_ode_gru first, which has "
+                             "no unit of its own")
     parser.add_argument("--inference-gap", action="store_true",
                         help="after Table 2, also write inference_gap.json: the first seed's "
                              "latent ODE extrapolating from z0 fitted to the test points "
@@ -389,14 +395,22 @@ def parse_unit_name(name):
 
 
 def _grid(run):
-    """unit name -> (model, n, seed) of every model of Table 2, in training order: seed by seed,
-    so that a run cut short has whole seeds."""
-    return {unit_name(m, n, s): (m, n, s) for s in _seeds(run) for n in N_OBS for m in MODELS
-            if s in _model_seeds(run, m)}
+    """unit name -> (model, n, seed) of each unit of work of Table 2 (UNIT_MODELS: a first stage
+    is trained inside the unit that extends it, stages), in training order: seed by seed, so
+    that a run cut short has whole seeds."""
+    return {unit_name(m, n, s): (m, n, s) for s in _seeds(run) for n in N_OBS
+            for m in UNIT_MODELS if s in _model_seeds(run, m)}
+
+
+def stages(model):
+    """The models a unit of `model` trains, in order: the models it extends, then itself."""
+    source = TRAINING[model].get("extends")
+    return (stages(source) if source else []) + [model]
 
 
 def units(run):
-    """One unit per model, number of observations and seed (its checkpoint's name)."""
+    """One unit per model of UNIT_MODELS, number of observations and seed (its checkpoint's
+    name)."""
     return list(_grid(run))
 
 
@@ -407,10 +421,13 @@ def train_unit(run, cfg, data, solver, model, n, seed, pilot=None):
     xs, times = observed(data, n, data["train"])
     overrides = training_overrides(pilot)
     hyper = dict(TRAINING[model], **overrides)
+    if pilot and "extends" in hyper:
+        raise ValueError(f"pilot {pilot}: a pilot trains in one stage, so it can neither change "
+                         f"a model that extends another nor extend one ({model})")
     step = mean_gap(times)
     config = {"batch_size": hyper["batch_size"], "n_spirals": cfg["n_spirals"], **overrides}
     if model in LATENT_MODELS:
-        for key in ("dyn_hidden", "adjoint_method", "encoder"):
+        for key in ("dyn_hidden", "adjoint_method", "encoder", "extends"):
             if key in hyper:
                 config[key] = hyper[key]
         if "adjoint_method" in hyper:
@@ -427,7 +444,8 @@ def train_unit(run, cfg, data, solver, model, n, seed, pilot=None):
     def validate(params):
         return score(model, params, data, n, data["val"], solver, step)["rmse_noisy"]
 
-    extends = (unit_name(model, n, seed), cfg["iters"][model]) if hyper.get("extends") else None
+    source = hyper.get("extends")
+    extends = (unit_name(source, n, seed), cfg["iters"][source]) if source else None
     return train(run, unit_name(model, n, seed, pilot), init, objective,
                  iterations(cfg, model, pilot), hyper["lr"], cfg["ckpt_every"], seed=seed,
                  lr_final=hyper["lr_final"], clip=hyper["clip"], validate=validate,
@@ -537,15 +555,12 @@ def pilots(run, cfg, data, solver, eval_solver):
         for n, entries in _earlier_scores(run, name, planned, training, scored).items():
             scored.setdefault(n, {}).update(entries)
         by_n = {str(n): _pilot_cell(scored[n], planned, latent) for n in sorted(scored)}
-        if hyper.get("extends"):
-            draws = "each seed's unit is Table 2's unit of the same n and seed, trained on"
-        else:
-            draws = ("each seed's parameters and training noise "
-                     + ("(minibatches, posterior samples, encoder cuts) " if latent else "")
-                     + "come from the generator of Table 2's unit of "
-                     f"{TRAINING[model].get('draws', model)} of the same n and seed"
-                     + (" (with restarts: of that unit's start of the same number)"
-                        if latent else ""))
+        draws = ("each seed's parameters and training noise "
+                 + ("(minibatches, posterior samples, encoder cuts) " if latent else "")
+                 + "come from the generator of Table 2's unit of "
+                 f"{TRAINING[model].get('draws', model)} of the same n and seed"
+                 + (" (with restarts: of that unit's start of the same number)"
+                    if latent else ""))
         run.save_results({"pilot": name, "base": LABELS[model],
                           "overrides": PILOTS[name]["overrides"], "by_n": by_n},
                          choices={"pilot": PILOTS[name]["about"],
@@ -556,8 +571,8 @@ def pilots(run, cfg, data, solver, eval_solver):
                                            "each seed's own under by_seed with the command "
                                            "that scored it and the SHA-256 of the final "
                                            "weights it scored (a later run of other seeds or "
-                                           "n keeps it while those weights, and an extending "
-                                           "pilot's Table 2 unit, stay the same; the record's "
+                                           "n keeps it while those weights stay the same; the "
+                                           "record's "
                                            "command, date and duration are its last run's)",
                                   **({"fits": "inference_gap: as inference_gap.json, L-BFGS "
                                               f"at most {maxiter} iterations"} if latent else {})},
@@ -570,8 +585,7 @@ def _earlier_scores(run, name, planned, training, scored):
     """The seeds of pilot `name`'s record in this run's output folder that this run did not
     score ({n: {seed: entry}} as `scored`) and may keep: from a record of this run's settings
     and training, of units that finished this pilot's iterations and whose final weights are
-    still the ones scored (their SHA-256), and that an extending pilot's unit still carries on
-    its Table 2 unit (latent.carries_on). Each one dropped is said, with why, so that it can be
+    still the ones scored (their SHA-256). Each one dropped is said, with why, so that it can be
     scored again."""
     record = read_json(run.path(f"pilot_{name}.json"))
     if record is None:
@@ -595,10 +609,6 @@ def _earlier_scores(run, name, planned, training, scored):
                        "checkpoint, or before records kept one")
             elif run.final_weights(entry["unit"]).digest() != entry["weights_sha256"]:
                 why = f"{entry['unit']}'s final weights are not the ones it scored"
-            elif PILOTS[name]["overrides"].get("extends") and not carries_on(
-                    run.final_weights(entry["unit"]).load(force=True),
-                    run.final_weights(entry["table2_unit"]).load(force=True)):
-                why = f"{entry['table2_unit']}, which it trained on from, has changed since"
             else:
                 kept.setdefault(int(n), {})[int(seed)] = entry
                 continue
@@ -709,7 +719,8 @@ def main(argv=None):
         run.usage_error("--pilot trains its own units: it takes --train-only-n, not --only or "
                         "--train-only")
     if run.args.train_only or run.args.train_only_n:
-        chosen = [k for k, (m, n, _) in grid.items() if m in (run.args.train_only or MODELS)
+        chosen = [k for k, (m, n, _) in grid.items()
+                  if m in (run.args.train_only or UNIT_MODELS)
                   and n in (run.args.train_only_n or N_OBS)]
     todo = run.select(list(grid), chosen)
     solver, solver_text = solver_from_args(run.args, cfg["tol"])
@@ -722,13 +733,14 @@ def main(argv=None):
     states, per_seed = {}, {}
     table2_run = not run.partial and chosen is None  # else it trains units and stops
     for key in todo:
-        model, n, seed = grid[key]
+        unit_model, n, seed = grid[key]
         step = mean_gap(observed(data, n, data["train"])[1])
-        state = states[model, n, seed] = train_unit(run, cfg, data, solver, model, n, seed)
-        result = per_seed[model, n, seed] = evaluate_unit(  # MAP only where Table 2 uses it
-            model, state, data, n, eval_solver, seed, step, refine if table2_run else None)
-        print(f"spirals: {LABELS[model]:10s} n = {n:3d} seed {seed}: " + ", ".join(
-            f"{k} {v:.4f}" for k, v in result.items() if isinstance(v, float)), flush=True)
+        for model in stages(unit_model):
+            state = states[model, n, seed] = train_unit(run, cfg, data, solver, model, n, seed)
+            result = per_seed[model, n, seed] = evaluate_unit(  # MAP only where Table 2 uses it
+                model, state, data, n, eval_solver, seed, step, refine if table2_run else None)
+            print(f"spirals: {LABELS[model]:10s} n = {n:3d} seed {seed}: " + ", ".join(
+                f"{k} {v:.4f}" for k, v in result.items() if isinstance(v, float)), flush=True)
     if not table2_run:
         print(f"spirals: trained {', '.join(todo)}; checkpoints in {run.ckpt_dir}")
         return 0
@@ -774,7 +786,7 @@ def main(argv=None):
                                                dict(solver, rtol=t, atol=t), s0 + 1))
                         for t in (PAPER_TOL, 1e-6, 1e-5, 1e-4)]
 
-    timing = {key: training_summary(states[unit]) for key, unit in grid.items()}
+    timing = {unit_name(*unit): training_summary(state) for unit, state in states.items()}
     choices = dict(CHOICES)
     choices.update({
         "data size": f"{cfg['n_spirals']} spirals: {len(data['train'])} train, "
@@ -825,8 +837,8 @@ def main(argv=None):
                             "validated best parameters) at each n"},
             filename="inference_gap.json")
         print(f"spirals: wrote {run.path('inference_gap.json')}", flush=True)
-    note = partial_note({key: (states[unit]["step"], cfg["iters"][unit[0]])
-                         for key, unit in grid.items()})
+    note = partial_note({unit_name(*unit): (state["step"], cfg["iters"][unit[0]])
+                         for unit, state in states.items()})
     run.save_results({
         **({"note": note} if note else {}),
         "table2_rmse": table,
