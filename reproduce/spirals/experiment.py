@@ -419,11 +419,7 @@ def train_unit(run, cfg, data, solver, model, n, seed, pilot=None):
     holding the parameters with the lowest validation RMSE (against the noisy points). pilot:
     a PILOTS key, `model` (the pilot's) with that change (its own unit)."""
     xs, times = observed(data, n, data["train"])
-    overrides = training_overrides(pilot)
-    hyper = dict(TRAINING[model], **overrides)
-    if pilot and "extends" in hyper:
-        raise ValueError(f"pilot {pilot}: a pilot trains in one stage, so it can neither change "
-                         f"a model that extends another nor extend one ({model})")
+    overrides, hyper = training_overrides(pilot), unit_training(model, pilot)
     step = mean_gap(times)
     config = {"batch_size": hyper["batch_size"], "n_spirals": cfg["n_spirals"], **overrides}
     if model in LATENT_MODELS:
@@ -458,6 +454,15 @@ def training_overrides(pilot=None):
     """A pilot's changes to TRAINING's keys (its iters_factor is iterations')."""
     overrides = PILOTS[pilot]["overrides"] if pilot else {}
     return {k: v for k, v in overrides.items() if k != "iters_factor"}
+
+
+def unit_training(model, pilot=None):
+    """TRAINING's settings of a unit of `model`, with a pilot's changes."""
+    hyper = dict(TRAINING[model], **training_overrides(pilot))
+    if pilot and "extends" in hyper:
+        raise ValueError(f"pilot {pilot}: a pilot trains in one stage, so it can neither change "
+                         f"a model that extends another nor extend one ({model})")
+    return hyper
 
 
 def iterations(cfg, model, pilot=None):
@@ -524,7 +529,7 @@ def pilots(run, cfg, data, solver, eval_solver):
     for name in run.args.pilot:
         model = PILOTS[name].get("model", "latent_ode")
         latent, planned = model in LATENT_MODELS, iterations(cfg, model, name)
-        hyper = dict(TRAINING[model], **training_overrides(name), iterations=planned)
+        hyper = dict(unit_training(model, name), iterations=planned)
         if hyper.get("starts", 1) > 1:
             hyper["start_iters"] = cfg["start_iters"]
         training = f"Table 2's {LABELS[model]} with the change: {hyper}"
