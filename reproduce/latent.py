@@ -302,16 +302,15 @@ def train(run, key, init, loss_and_grad, n_iters, lr, ckpt_every, seed=None, lr_
     if extends:
         if run.args.resume or run.args.evaluate_only:  # going on from this unit's own state
             mine = run.checkpoint(key).load(force=True) or run.final_weights(key).load(force=True)
-            source = run.final_weights(extends[0]).load(force=True)
-            if mine and source and not carries_on(mine, source):
+            source = mine and run.final_weights(extends[0]).load(force=True)
+            if source and not carries_on(mine, source):
                 raise CheckpointError(
                     f"{key} trained on from {extends[0]}, which has changed since (its checks "
                     f"do not begin this unit's): delete {key}'s checkpoint and final weights "
                     f"to train it on again from {extends[0]} as it is now, or restore "
                     f"{extends[0]}'s earlier weights")
-        return run_fit(key, model_rng(seed, rng_key or key), initial=extended)
-    return run_fit(key, model_rng(seed, rng_key or key),
-                   initial=best_start if starts > 1 else None)
+    initial = extended if extends else best_start if starts > 1 else None
+    return run_fit(key, model_rng(seed, rng_key or key), initial=initial)
 
 
 def carries_on(state, source):

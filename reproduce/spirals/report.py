@@ -6,7 +6,7 @@ from reproduce import published
 from reproduce.common import read_json
 from reproduce.latent import solver_speed_block
 from .data import SPIRAL
-from .experiment import TRAINING, parse_unit_name, unit_name
+from .experiment import parse_unit_name, stages, unit_name
 from .models import LABELS, LATENT_MODELS, LATENT_ODE, MAP_LABEL, MODELS, TRUE_GAPS_LABEL
 from reproduce.markdown import (FIGURES, best, choices_block, duration_row, figure_links, fmt,
                                 image, not_run, run_line, table)
@@ -18,8 +18,8 @@ def _units(record):
     """(unit, training summary) of each unit of work a record trained: a first stage's time
     is in the unit that trains on from it (experiment.stages), where the record has one."""
     training = record["results"]["training"]
-    extending = {(TRAINING[m]["extends"], n, seed) for m, n, seed in map(parse_unit_name, training)
-                 if m in TRAINING and "extends" in TRAINING[m]}
+    extending = {(first, n, seed) for m, n, seed in map(parse_unit_name, training) if m in MODELS
+                 for first in stages(m)[:-1]}
     return [(unit, summary) for unit, summary in training.items()
             if parse_unit_name(unit) not in extending]
 
