@@ -59,6 +59,20 @@ def positive(kind):
     return parse
 
 
+SEED_MAX = 2 ** 31 - 1  # the generators take seeds below 2**32, and runs add small offsets
+
+
+def seed_arg(text):
+    """An argparse type: a random seed, an integer from 0 to SEED_MAX."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if not 0 <= value <= SEED_MAX:
+        raise argparse.ArgumentTypeError(f"a seed is an integer from 0 to {SEED_MAX}, not {text}")
+    return value
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
@@ -77,7 +91,7 @@ class Run:
                           help="minutes on a 2-core CPU (default)")
         mode.add_argument("--full", dest="mode", action="store_const", const="full",
                           help="the paper's protocol")
-        parser.add_argument("--seed", type=int, default=0)
+        parser.add_argument("--seed", type=seed_arg, default=0)
         parser.add_argument("--resume", action="store_true",
                             help="continue from this mode's checkpoints where they exist")
         parser.add_argument("--out", default=None,

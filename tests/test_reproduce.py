@@ -113,6 +113,21 @@ def test_units_are_listed_and_only_accepts_them_alone():
     assert out.returncode == 2 and "unknown unit(s) rnn" in out.stderr
 
 
+@pytest.mark.parametrize("args", [["--seed", "-1"], ["--seed", "2147483648"], ["--seed", "1.5"],
+                                  ["--seeds", "0", "-2"]])
+def test_a_seed_the_generators_refuse_is_a_usage_error(args):
+    # numpy's generators take 0 <= seed < 2**32: a bad seed is refused when the command is read,
+    # not met as a traceback once the run has started
+    names = ["spirals"] if args[0] == "--seeds" else list(EXPERIMENTS)
+    for name in names:
+        out = run(name, "--smoke", "--stop-after", "1", "--out", "unused", *args)
+        assert out.returncode == 2 and "Traceback" not in out.stderr, (name, out.stderr[-2000:])
+        assert f"argument {args[0]}" in out.stderr and "usage" not in out.stdout, name
+    from reproduce.common import SEED_MAX
+    from reproduce.spirals.experiment import make_run
+    assert make_run(["--smoke", "--seed", str(SEED_MAX)]).seed == SEED_MAX  # the largest taken
+
+
 def test_report_marks_models_a_cut_short_run_did_not_finish():
     from reproduce.cnf.report import tables
     kl = {"nf": {"2": {"kl": 0.5}}, "cnf": {"2": {"kl": 0.25}}}

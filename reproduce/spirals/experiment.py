@@ -27,7 +27,8 @@ import re
 import numpy as np
 from autograd.misc import flatten
 
-from reproduce.common import Run, config_diff, jsonable, now, partial_note, read_json
+from reproduce.common import (Run, config_diff, jsonable, now, partial_note, read_json,
+                              seed_arg)
 from reproduce.latent import (PAPER_TOL, add_solver_args, measure_solvers,
                               solver_from_args, train, training_summary)
 
@@ -350,7 +351,7 @@ CHOICES = {
 
 def add_args(parser):
     add_solver_args(parser)
-    parser.add_argument("--seeds", type=int, nargs="+", default=None,
+    parser.add_argument("--seeds", type=seed_arg, nargs="+", default=None,
                         help="training seeds, each a separate model (default: --seed in "
                              "--smoke/--quick, 0 1 2 in --full)")
     parser.add_argument("--train-only-n", type=int, nargs="+", choices=N_OBS, default=None,
