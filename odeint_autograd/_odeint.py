@@ -52,7 +52,7 @@ class SolverStats:
         self.forward, self.backward = Counts(), Counts()
 
 
-def odeint(func, y0, t, args=(), *, rtol=DEFAULT_TOL, atol=DEFAULT_TOL, method="lsoda",
+def odeint(func, y0, t, args=(), *, rtol=None, atol=None, method="lsoda",
            max_steps=10_000, step_size=None, jacobian=None, adjoint_method=None,
            adjoint_rtol=None, adjoint_atol=None, adjoint_seminorm=False, checkpoints=None,
            stats=None):
@@ -70,8 +70,8 @@ def odeint(func, y0, t, args=(), *, rtol=DEFAULT_TOL, atol=DEFAULT_TOL, method="
     `step_size`, one per interval if None), 'dopri5' (Dormand-Prince 5(4)), 'bosh3'
     (Bogacki-Shampine 3(2)) or 'rkf23' (Fehlberg 2(3), propagated at order 3), with gradients by
     backprop through the solver's operations (the paper's RK-Net).
-    rtol, atol: error tolerances (scipy's defaults). max_steps: the most steps between two output
-    times. jacobian: for 'bdf'/'lsoda', 'dense' or 'diagonal' finite differences (None: dense up
+    rtol, atol: error tolerances (None: scipy's default, DEFAULT_TOL; refused with 'rk4', which
+    controls no error). max_steps: the most steps between two output times. jacobian: for 'bdf'/'lsoda', 'dense' or 'diagonal' finite differences (None: dense up
     to 1000 states, diagonal above, so that large states never get an n x n one).
     adjoint_method, adjoint_rtol, adjoint_atol: the backward solves (default: the forward's).
     adjoint_method may also be 'dopri5', 'bosh3' or 'rkf23' (in plain numpy there), which carry
@@ -99,6 +99,11 @@ def odeint(func, y0, t, args=(), *, rtol=DEFAULT_TOL, atol=DEFAULT_TOL, method="
         raise ValueError(f"args must be a tuple of the extra arguments of func, not "
                          f"{type(args).__name__}: write args=(theta,) for a single one")
     y0, t = _check_y0(y0), _check_t(t)
+    if method == "rk4" and (rtol is not None or atol is not None):
+        raise ValueError("rtol and atol do not apply to method='rk4': it takes fixed steps "
+                         "(step_size) and controls no error; choose an adaptive method for a "
+                         "tolerance")
+    rtol, atol = (DEFAULT_TOL if tol is None else tol for tol in (rtol, atol))
     _check_tolerances(rtol, atol, "rtol", "atol")
     _check_count(max_steps, "max_steps")
     if step_size is not None and method != "rk4":

@@ -18,6 +18,7 @@ import pickle
 import platform
 import shlex
 import sys
+import tempfile
 import time
 import zlib
 
@@ -71,6 +72,22 @@ def seed_arg(text):
     if not 0 <= value <= SEED_MAX:
         raise argparse.ArgumentTypeError(f"a seed is an integer from 0 to {SEED_MAX}, not {text}")
     return value
+
+
+def unwritable(folder):
+    """Why a run could not write files into `folder` (None if it can): its nearest existing
+    folder must take a new entry, which is tried (and removed) so that permissions, read-only
+    and virtual file systems all answer as they would to the run."""
+    path = os.path.abspath(folder)
+    while not os.path.exists(path):
+        path = os.path.dirname(path)
+    if not os.path.isdir(path):
+        return f"{path} is not a folder"
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".writable-", dir=path))
+    except OSError as e:
+        return f"cannot write in {path} ({e.strerror or e})"
+    return None
 
 
 class _Parser(argparse.ArgumentParser):
@@ -134,6 +151,11 @@ class Run:
         self.weights_dir = self.args.weights_dir or (
             os.path.join(ROOT, "weights", name) if self.mode == "full"
             else os.path.join(self.ckpt_dir, "final"))
+        for flag, folder in (("--out", self.out_dir), ("--checkpoint-dir", self.ckpt_dir),
+                             ("--weights-dir", self.weights_dir)):
+            problem = unwritable(folder)
+            if problem:  # found now, not when the run has trained and writes its results
+                self.usage_error(f"{flag} {folder}: {problem}")
         self.started = time.time()
         self.stopper = StopAfter(self.args.stop_after)
         self._bar = None

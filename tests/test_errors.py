@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from autograd import grad
 
-from odeint_autograd import METHODS, ODESolverError, odeint
+from odeint_autograd import DEFAULT_TOL, METHODS, ODESolverError, odeint
 from odeint_autograd.errors import all_finite as _all_finite
 
 decay = lambda y, t: -y  # noqa: E731
@@ -72,6 +72,9 @@ def test_bad_initial_state(y0, match):
     (dict(method="adams", adjoint_method="bosh3", jacobian="diagonal"), "jacobian applies"),
     (dict(method="dopri5", step_size=0.1), "step_size applies"),
     (dict(method="rk4", adjoint_rtol=1e-3), "adjoint_rtol applies"),
+    (dict(method="rk4", rtol=1e-10), "do not apply to method='rk4'"),
+    (dict(method="rk4", atol=1e-10, step_size=0.1), "do not apply to method='rk4'"),
+    (dict(method="rk4", rtol=DEFAULT_TOL), "do not apply to method='rk4'"),
     (dict(method="dopri5", checkpoints=3), "checkpoints applies"),
     (dict(method="dopri5", adjoint_seminorm=True), "adjoint_seminorm applies"),
     (dict(args=0.5), "args must be a tuple"),

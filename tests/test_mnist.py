@@ -225,6 +225,14 @@ def test_odenet_adjoint_gradient_matches_direct_rk_backprop(batch, smooth):
         assert np.linalg.norm(part) > 0
 
 
+def test_rknet_with_rk4_needs_its_step_size():
+    # rk4 controls no error: without step_size it would take one step over [0, 1]
+    with pytest.raises(ValueError, match="step_size"):
+        M.make_model("rknet", method="rk4")
+    assert M.make_model("rknet", method="rk4", step_size=0.25).solver == dict(method="rk4",
+                                                                            step_size=0.25)
+
+
 def test_xla_dynamics_match_the_plain_tensorflow_ones(batch):
     """Training compiles the ODE dynamics with XLA; it must compute the same function."""
     from gpu_dynamics import layers

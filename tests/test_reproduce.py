@@ -128,6 +128,21 @@ def test_a_seed_the_generators_refuse_is_a_usage_error(args):
     assert make_run(["--smoke", "--seed", str(SEED_MAX)]).seed == SEED_MAX  # the largest taken
 
 
+@pytest.mark.parametrize("flag", ["--out", "--checkpoint-dir", "--weights-dir"])
+def test_a_folder_a_run_cannot_write_is_a_usage_error_before_it_trains(tmp_path, flag):
+    # found when the command is read, not after hours of training when the results are written
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    for folder, why in ((blocker / "out", "is not a folder"), ("/proc/no/such", "cannot write")):
+        for name in EXPERIMENTS:
+            out = run(name, "--smoke", flag, str(folder))
+            assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr[-2000:]
+            assert f"{flag} {folder}: " in out.stderr and why in out.stderr, out.stderr
+    from reproduce.common import unwritable
+    assert unwritable(tmp_path / "new" / "folders") is None and list(tmp_path.iterdir()) == [
+        blocker]  # a folder that can be made is fine, and the check leaves nothing behind
+
+
 def test_report_marks_models_a_cut_short_run_did_not_finish():
     from reproduce.cnf.report import tables
     kl = {"nf": {"2": {"kl": 0.5}}, "cnf": {"2": {"kl": 0.25}}}

@@ -170,6 +170,8 @@ class RKNet(_ODEBlock):
     def __init__(self, rtol=ODE_TOL, atol=ODE_TOL, method="dopri5", **kwargs):
         if method not in ("dopri5", "rk4"):
             raise ValueError(f"RK-Net backpropagates through 'dopri5' or 'rk4', not {method!r}")
+        if method == "rk4" and kwargs.get("step_size") is None:
+            raise ValueError("RK-Net with 'rk4' takes fixed steps: give step_size")
         super().__init__(method, rtol, atol, **kwargs)
 
 
