@@ -160,10 +160,14 @@ class TFPrimitive:
     def __init__(self, fn, dtype=tf.float32, jit_compile=False, device=None, params_from=1):
         if not callable(fn):
             raise ValueError(f"fn must be callable, not {type(fn).__name__}")
-        dtype = tf.as_dtype(dtype)
+        try:
+            dtype = tf.as_dtype(dtype)
+        except TypeError:
+            raise ValueError(f"dtype must be a TensorFlow float type, not {dtype!r}") from None
         if not dtype.is_floating:
             raise ValueError(f"dtype must be a TensorFlow float type, not {dtype.name}")
-        if not (isinstance(params_from, (int, np.integer)) and params_from >= 0):
+        if not (isinstance(params_from, (int, np.integer)) and not isinstance(params_from, bool)
+                and params_from >= 0):
             raise ValueError(f"params_from must be a non-negative integer, not {params_from!r}")
         functools.update_wrapper(self, fn)
         _default_threads()
@@ -231,6 +235,11 @@ class TFPrimitive:
     def _run(self, wrt, arrays, g=None):
         """fn's value (and, when wrt is a tuple, the VJPs wrt those positions) as float64."""
         entered = time.perf_counter()
+        for i, a in enumerate(arrays):
+            if isinstance(a, (list, tuple, dict)):  # would become one tensor, one gradient
+                raise ValueError(f"{self!r}: argument {i} is a {type(a).__name__}; each argument "
+                                 "is one array or number (pass np.asarray of it, or its parts "
+                                 "as separate arguments)")
         with self._lock:  # the staging buffers are this function's own
             arrays = [np.asarray(a) for a in arrays]
             tensors = [self._tensor(i, a) for i, a in enumerate(arrays)]

@@ -18,6 +18,9 @@ METHODS = ADJOINT_METHODS + DIRECT_METHODS
 BACKWARD_METHODS = ADJOINT_METHODS + ADAPTIVE_RK  # what may solve the adjoint
 DEFAULT_TOL = 1.49012e-8  # scipy.integrate.odeint's default rtol and atol
 MAX_COUNT = np.iinfo(np.int32).max  # max_steps and checkpoints: VODE/LSODA's Fortran integers
+MAX_CHECKPOINTS = 10 ** 6  # each holds a forward state
+# times closer than this, relative to their size, cannot be stepped between (a few ulps)
+NEAR = 64 * np.finfo(float).eps
 
 
 @dataclasses.dataclass
@@ -71,8 +74,12 @@ def odeint(func, y0, t, args=(), *, rtol=None, atol=None, method="lsoda",
     (Bogacki-Shampine 3(2)) or 'rkf23' (Fehlberg 2(3), propagated at order 3), with gradients by
     backprop through the solver's operations (the paper's RK-Net).
     rtol, atol: error tolerances (None: scipy's default, DEFAULT_TOL; refused with 'rk4', which
-    controls no error). max_steps: the most steps between two output times. jacobian: for 'bdf'/'lsoda', 'dense' or 'diagonal' finite differences (None: dense up
-    to 1000 states, diagonal above, so that large states never get an n x n one).
+    controls no error). max_steps: the most steps between two output times. jacobian: for
+    'bdf'/'lsoda', 'dense' or 'diagonal' finite differences (None: dense up to 1000 states,
+    diagonal above, so that large states never get an n x n one; on strongly coupled stiff
+    systems the diagonal one can miss the tolerance by orders of magnitude: pass 'dense').
+    t's times must be resolvable by float64 to the tolerance over their span (times near 1e12
+    spanning 1 are not: solve in t - t[0]), and no two closer than a few ulps.
     adjoint_method, adjoint_rtol, adjoint_atol: the backward solves (default: the forward's).
     adjoint_method may also be 'dopri5', 'bosh3' or 'rkf23' (in plain numpy there), which carry
     their step size from one output interval to the next where VODE and LSODA restart at order 1.
@@ -105,6 +112,8 @@ def odeint(func, y0, t, args=(), *, rtol=None, atol=None, method="lsoda",
                          "tolerance")
     rtol, atol = (DEFAULT_TOL if tol is None else tol for tol in (rtol, atol))
     _check_tolerances(rtol, atol, "rtol", "atol")
+    if method != "rk4":
+        _check_resolution(t, rtol, atol)
     _check_count(max_steps, "max_steps")
     if step_size is not None and method != "rk4":
         raise ValueError(f"step_size applies to method='rk4' only, not {method!r}")
@@ -199,9 +208,17 @@ def _traced_list_to_array(x):
     return x
 
 
+def _as_array(x, name):
+    """x as a numpy array, or a ValueError that names it (a ragged list, say)."""
+    try:
+        return np.asarray(getval(x))
+    except ValueError as e:
+        raise ValueError(f"{name} must be an array of real numbers ({e})") from None
+
+
 def _check_y0(y0):
     y0 = _traced_list_to_array(y0)
-    value = np.asarray(getval(y0))
+    value = _as_array(y0, "y0")
     if value.dtype == object or not np.issubdtype(value.dtype, np.number) \
             or np.issubdtype(value.dtype, np.complexfloating):
         raise ValueError(f"y0 must be an array of real numbers, not {value.dtype}")
@@ -214,7 +231,7 @@ def _check_y0(y0):
 
 def _check_t(t):
     t = _traced_list_to_array(t)
-    value = np.asarray(getval(t))
+    value = _as_array(t, "t")
     if value.ndim != 1:
         raise ValueError(f"t must be 1-D, not of shape {value.shape}")
     if value.size < 2:
@@ -230,7 +247,28 @@ def _check_t(t):
                          "strictly monotonic")
     if not (np.all(steps > 0) or np.all(steps < 0)):
         raise ValueError("t must be strictly increasing or strictly decreasing")
-    return t if isbox(t) else value.astype(float)
+    value = value.astype(float)
+    near = np.abs(steps) <= NEAR * np.maximum(np.abs(value[:-1]), np.abs(value[1:]))
+    if np.any(near):
+        i = int(np.argmax(near))
+        raise ValueError(f"t holds {float(value[i])!r} and {float(value[i + 1])!r}, too close "
+                         "for a solver to step between (a few ulps): merge them or space them "
+                         "further")
+    return t if isbox(t) else value
+
+
+def _check_resolution(t, rtol, atol):
+    """Refuse times so large for their span that float64 cannot resolve a step to the tolerance
+    (the solvers then print warnings and return wrong answers)."""
+    tv = getval(t)
+    ulp = np.finfo(float).eps * float(np.max(np.abs(tv)))
+    span = abs(float(tv[-1] - tv[0]))
+    tol = max(rtol if rtol > 0 else atol, NEAR)  # below that, the solvers' own error says it
+    if ulp > tol * span:
+        raise ValueError(f"t runs from {float(tv[0])!r} to {float(tv[-1])!r}: float64 resolves "
+                         f"times that large only to {ulp:.2g}, {ulp / span:.2g} of the span, "
+                         f"coarser than the tolerance {tol:g}; solve in the shifted time "
+                         f"s = t - t[0] (func given s + t[0])")
 
 
 def _real(value):
@@ -311,11 +349,25 @@ def _flatten(tree):
     return [leaf for leaves, _ in parts for leaf in leaves], rebuild
 
 
+def _apart(extra, times):
+    """The sorted checkpoint times `extra` that are not within a few ulps (NEAR) of an output
+    time (sorted `times`) or of the checkpoint before them: a solver cannot step between such
+    neighbours (np.linspace's 0.30000000000000004 beside an output time 0.3)."""
+    i = np.clip(np.searchsorted(times, extra), 1, len(times) - 1)
+    gap = np.minimum(np.abs(extra - times[i - 1]), np.abs(extra - times[i]))
+    extra = extra[gap > NEAR * np.maximum(np.abs(extra), np.abs(times[i]))]
+    scale = NEAR * np.maximum(np.abs(extra[1:]), np.abs(extra[:-1]))
+    return extra[np.concatenate([[True], np.diff(extra) > scale])[:len(extra)]]
+
+
 def _with_checkpoints(t, checkpoints):
     """The output times merged with checkpoint times, and the rows of the outputs in the merge."""
     tv = getval(t)
     if np.ndim(checkpoints) == 0:
         _check_count(checkpoints, "checkpoints (a count, or an array of times)")
+        if checkpoints > MAX_CHECKPOINTS:
+            raise ValueError(f"checkpoints={checkpoints} would store as many forward states; "
+                             f"at most {MAX_CHECKPOINTS}")
         extra = np.linspace(tv[0], tv[-1], int(checkpoints) + 2)[1:-1]
     else:
         extra = np.asarray(checkpoints)
@@ -326,7 +378,9 @@ def _with_checkpoints(t, checkpoints):
         lo, hi = min(tv[0], tv[-1]), max(tv[0], tv[-1])
         if not np.all(np.isfinite(extra)) or np.any((extra <= lo) | (extra >= hi)):
             raise ValueError(f"checkpoint times must lie strictly inside [{lo}, {hi}]")
-    extra = np.setdiff1d(extra, tv)
+    if extra.size > MAX_CHECKPOINTS:
+        raise ValueError(f"{extra.size} checkpoint times; at most {MAX_CHECKPOINTS}")
+    extra = _apart(np.unique(extra), np.sort(tv))
     order = np.argsort(np.concatenate([tv, extra]), kind="stable")
     if tv[-1] < tv[0]:
         order = order[::-1]

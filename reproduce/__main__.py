@@ -10,6 +10,7 @@ the folder flags (--out, --checkpoint-dir, --weights-dir) name parent folders, e
 writing into NAME/ there."""
 import importlib
 import os
+import signal
 import sys
 import time
 import traceback
@@ -39,6 +40,10 @@ def main(argv=None):
         return 0 if argv else 2
     command, rest = argv[0], argv[1:]
     if command == "list":
+        if rest:
+            print(f"python -m reproduce list: takes no arguments, not {' '.join(rest)}",
+                  file=sys.stderr)
+            return 2
         for name, (_, what) in EXPERIMENTS.items():
             print(f"{name:10s} {what}")
         return 0
@@ -74,7 +79,8 @@ def main(argv=None):
 def _units(name, argv):
     """Print the independent units of work of one experiment, one a line (for --only)."""
     experiment = importlib.import_module(EXPERIMENTS[name][0] + ".experiment")
-    print("\n".join(experiment.units(experiment.make_run(argv))))
+    run = experiment.make_run(argv)
+    print("\n".join(run.select(experiment.units(run))))  # --only narrows (and checks) the list
     return 0
 
 
@@ -157,4 +163,10 @@ def _run(name, argv):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt as stop:  # Ctrl-C, or --stop-after's simulated kill
+        print(f"python -m reproduce: interrupted{f' ({stop})' if str(stop) else ''}; the "
+              "checkpoints written so far are kept: continue with --resume", file=sys.stderr)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)  # end as Python would, by SIGINT (the
+        os.kill(os.getpid(), signal.SIGINT)          # runner does not retry such a unit)

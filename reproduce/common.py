@@ -153,6 +153,9 @@ class Run:
             else os.path.join(self.ckpt_dir, "final"))
         for flag, folder in (("--out", self.out_dir), ("--checkpoint-dir", self.ckpt_dir),
                              ("--weights-dir", self.weights_dir)):
+            given = vars(self.args)[flag[2:].replace("-", "_")]
+            if given is not None and not given.strip():
+                self.usage_error(f"{flag} {given!r}: an empty folder name")
             problem = unwritable(folder)
             if problem:  # found now, not when the run has trained and writes its results
                 self.usage_error(f"{flag} {folder}: {problem}")

@@ -32,10 +32,42 @@ def no_warnings():
     (0.5, "1-D"),
     ([[0.0, 1.0]], "1-D"),
     (["a", "b"], "real numbers"),
+    ([[0.0, 1.0], [2.0]], "t must be an array of real numbers"),
+    ([0.0, 0.3, np.nextafter(0.3, 1.0), 1.0], "too close for a solver to step between"),
+    ([1e15, 1e15 + 1.0], "too close for a solver to step between"),  # 8 ulps apart
 ])
 def test_bad_times(t, match):
     with pytest.raises(ValueError, match=match):
         odeint(decay, Y0, t)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_times_too_large_for_their_span_are_refused_not_solved_wrong(method):
+    # at t ~ 1e12 float64 resolves 2e-4: the solvers printed warnings and were off by 1e-4 (the
+    # Fortran ones by 10 % at 1e15); s = t - t[0] solves the same problem exactly
+    options = dict(step_size=0.01) if method == "rk4" else dict(rtol=1e-8, atol=1e-8)
+    if method == "rk4":  # no tolerance to resolve: fixed steps of the times it is given
+        odeint(decay, Y0, [1e12, 1e12 + 1.0], method=method, **options)
+        return
+    with pytest.raises(ValueError, match="float64 resolves times that large only to"):
+        odeint(decay, Y0, [1e12, 1e12 + 1.0], method=method, **options)
+    ys = odeint(decay, Y0, [1e6, 1e6 + 1.0], method=method, **options)  # 2e-10 of the span
+    np.testing.assert_allclose(ys[-1], Y0 * np.exp(-1.0), rtol=1e-6)
+
+
+@pytest.mark.parametrize("method", ["adams", "lsoda", "bdf"])
+def test_checkpoints_a_few_ulps_from_an_output_time_are_dropped(method):
+    # np.linspace(1.2, 0, 5) holds 0.30000000000000004 beside the output time 0.3: the backward
+    # solve failed on that 5e-17 interval although the forward one had passed
+    f = lambda y, t, a: -a * y  # noqa: E731
+    t = np.array([1.2, 0.7, 0.3, 0.0])
+    loss = lambda a, **kw: anp.sum(odeint(f, Y0, t, (a,), method=method, rtol=1e-9,  # noqa
+                                          atol=1e-9, **kw))
+    exact = np.sum(Y0) * np.sum(-(t - 1.2) * np.exp(-(t - 1.2)))  # d/da of sum(Y0 e^{-a(t-1.2)})
+    for checkpoints in (3, [np.nextafter(0.3, 1.0), 0.5, np.nextafter(0.5, 1.0)]):
+        np.testing.assert_allclose(grad(loss)(1.0, checkpoints=checkpoints), exact, rtol=1e-6)
+    with pytest.raises(ValueError, match="at most"):
+        odeint(f, Y0, t, (1.0,), method=method, checkpoints=10 ** 9)  # was an 8 GB linspace
 
 
 @pytest.mark.parametrize("y0, match", [
@@ -44,6 +76,7 @@ def test_bad_times(t, match):
     (np.array([]), "empty"),
     (np.array([1 + 1j]), "real numbers"),
     (["x"], "real numbers"),
+    ([[1.0, 2.0], [1.0]], "y0 must be an array of real numbers"),  # ragged: numpy's text alone
 ])
 def test_bad_initial_state(y0, match):
     with pytest.raises(ValueError, match=match):

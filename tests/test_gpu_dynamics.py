@@ -339,6 +339,23 @@ def test_bad_input_raises_value_error(monkeypatch):
         f.value_and_vjp(rng.randn(4, 2), y, 0.1, *params)
     with pytest.raises(NotImplementedError, match="second derivatives"):
         autograd.hessian(lambda y: anp.sum(f(y, 0.1, *params)))(y)
+    with pytest.raises(ValueError, match="dtype must be a TensorFlow float type"):
+        tf_primitive(mlp_tf, dtype="floaty")  # was TensorFlow's TypeError
+    with pytest.raises(ValueError, match="params_from"):
+        tf_primitive(mlp_tf, params_from=True)
+    # a list argument became one tensor: its one gradient broke odeint's flattened args (the
+    # forward solve ran); refused at the first call, forward or backward
+    scaled = tf_primitive(lambda y, t, ab: -ab[0] * ab[1] * y, dtype=f64)
+    for call in (lambda: odeint(scaled, np.ones(2), [0.0, 1.0], ([0.5, 0.3],), method="adams"),
+                 lambda: autograd.grad(lambda a: anp.sum(odeint(
+                     scaled, np.ones(2), [0.0, 1.0], ([a, 0.3],), method="adams")))(0.5)):
+        with pytest.raises(ValueError, match="argument 2 is a list"):
+            call()
+    a = 0.5  # one array instead: the gradient d/da sum(e^{-0.3 a} [1, 1]) = -0.6 e^{-0.3 a}
+    g = autograd.grad(lambda a: anp.sum(odeint(scaled, np.ones(2), [0.0, 1.0],
+                                               (anp.array([a, 0.3]),), method="adams",
+                                               rtol=1e-10, atol=1e-10)[-1]))(a)
+    assert abs(g - (-0.6 * np.exp(-0.3 * a))) < 1e-7
     monkeypatch.setenv(gpu_dynamics.DEVICE_ENV, "cpu")
     assert gpu_dynamics.default_device() == "/CPU:0"
     if not tf.config.list_physical_devices("GPU"):

@@ -4,6 +4,7 @@ import ast
 import glob
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -107,6 +108,12 @@ def test_every_experiment_has_the_same_shape():
 def test_units_are_listed_and_only_accepts_them_alone():
     out = run("units", "poisson", "--smoke")
     assert out.returncode == 0 and out.stdout.split() == ["latent_ode"]
+    out = run("units", "spirals", "--smoke", "--only", "rnn_dt_n50_seed0", "rnn_n30_seed0")
+    assert out.returncode == 0 and out.stdout.split() == ["rnn_n30_seed0", "rnn_dt_n50_seed0"]
+    out = run("units", "mnist", "--only", "vgg")  # was ignored: every unit listed
+    assert out.returncode == 2 and "unknown unit(s) vgg" in out.stderr and not out.stdout
+    out = run("list", "extra")
+    assert out.returncode == 2 and "takes no arguments" in out.stderr and not out.stdout
     out = run("units", "spirals", "--full", "--seeds", "4")
     assert out.stdout.split()[:2] == ["rnn_n30_seed4", "rnn_dt_n30_seed4"]
     out = run("poisson", "--smoke", "--only", "rnn")
@@ -141,6 +148,30 @@ def test_a_folder_a_run_cannot_write_is_a_usage_error_before_it_trains(tmp_path,
     from reproduce.common import unwritable
     assert unwritable(tmp_path / "new" / "folders") is None and list(tmp_path.iterdir()) == [
         blocker]  # a folder that can be made is fine, and the check leaves nothing behind
+
+
+def test_command_line_mistakes_are_one_line_errors(tmp_path):
+    for args, message in (
+            (("mnist", "--smoke", "--models", ","), "--models: unknown '', ''"),  # was "none"
+            (("mnist", "--smoke", "--models", "mlp,"), "--models: unknown ''"),
+            (("spirals", "--smoke", "--out", ""), "--out '': an empty folder name"),
+            (("report", "--no-readme", "--out", str(tmp_path / "no" / "x.md")), "no folder"),
+            (("report", "--no-readme", "--out", str(tmp_path)), "a folder, not a file")):
+        out = run(*args)
+        assert out.returncode == 2 and message in out.stderr, (args, out.stderr[-2000:])
+        assert "Traceback" not in out.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_run_stopped_by_stop_after_ends_in_one_line_and_resumes(tmp_path):
+    folders = ["--out", str(tmp_path / "out"), "--checkpoint-dir", str(tmp_path / "ckpt")]
+    out = run("poisson", "--smoke", "--stop-after", "2", *folders)
+    # it dies by SIGINT, as Python does on Ctrl-C, which the runner does not retry
+    assert out.returncode == -signal.SIGINT and "Traceback" not in out.stderr, out.stderr[-2000:]
+    assert out.stderr.strip().splitlines()[-1] == (
+        "python -m reproduce: interrupted (stopped after 2 steps (--stop-after)); the "
+        "checkpoints written so far are kept: continue with --resume")
+    assert os.listdir(tmp_path / "ckpt")  # what it wrote is there to resume from
 
 
 def test_report_marks_models_a_cut_short_run_did_not_finish():

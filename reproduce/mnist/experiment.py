@@ -149,13 +149,13 @@ def main(argv=None):
 
 def _main(run):
     args, s = run.args, dict(SETTINGS[run.mode])
-    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    models = [m.strip() for m in args.models.split(",")]
     if models == ["none"]:
         models = []
     unknown = [m for m in models if m not in NAMES]
-    if unknown or not args.models.strip():
-        run.usage_error(f"--models: unknown {unknown or 'empty list'}; choose from "
-                        f"{', '.join(NAMES)} or none")
+    if unknown:
+        run.usage_error(f"--models: unknown {', '.join(map(repr, unknown))}; choose from "
+                        f"{', '.join(NAMES)} (comma-separated) or none")
     models = run.select(units(run), models)
     for name in ("epochs", "checkpoint_every"):
         value = getattr(args, name)
