@@ -515,9 +515,17 @@ def test_smoke_run_writes_results_and_resume_gives_the_same_numbers(tmp_path):
     from reproduce.common import Checkpoint
     final = Checkpoint(str(tmp_path / "whole_ckpt" / "final" / "rnn_dt_n50_seed0.ckpt")).load()
     assert val == [final["best"]["score"]] and cell["best_step_seeds"] == [final["best"]["step"]]
+    gain = cell["validation_gain_last_quarter_seeds"]
+    assert gain == [SE.last_quarter_gain(final)] and gain[0] >= 0
     iters = record["results"]["training"]["rnn_dt_n50_seed0"]["iterations"]
     assert (f"| RNN + dt | 50 | {fmt(val[0])} | {fmt(cell['rmse_noisy'])} | "
-            f"{final['best']['step']} of {iters} |") in selection(record)
+            f"{final['best']['step']} of {iters} | {gain[0]:.4f} |") in selection(record)
+    older = json.loads(json.dumps(record))  # a record from before the column: none shown
+    for cells in older["results"]["table2_rmse"].values():
+        for c in cells.values():
+            c.pop("validation_gain_last_quarter_seeds", None)
+    assert "last quarter" not in selection(older) and (
+        f"{final['best']['step']} of {iters} |\n") in selection(older)
     assert "z0 by MAP" not in selection(record)
     for model in SM.MODELS:  # every model and n, a latent one's from its own final weights
         assert all(f"| {SM.LABELS[model]} | {n} |" in selection(record) for n in (30, 50, 100))
@@ -1187,6 +1195,18 @@ def test_a_cell_whose_seeds_never_started_is_shown_not_trained():
         text = table2(record, compact)
         assert "| RNN | not trained | 7.500 ± " in text and "| 2 " in text
     assert '"RNN" below "Last observation" at no n (of 50);' in targets(record)
+
+
+def test_last_quarter_gain_is_what_the_last_quarter_took_off_the_best_validation_rmse():
+    checks = [{"step": s, "score": v} for s, v in ((2, 0.5), (4, 0.4), (6, 0.45), (8, 0.3))]
+    state = {"step": 8, "validation": checks, "best": checks[3]}
+    assert SE.last_quarter_gain(state) == pytest.approx(0.1)  # 0.4 (step 4) less 0.3 (step 8)
+    early = dict(state, validation=checks[:3] + [{"step": 8, "score": 0.42}], best=checks[1])
+    assert SE.last_quarter_gain(early) == 0.0  # its best check came before the last quarter
+    later = [{"step": s, "score": v} for s, v in ((2, 0.5), (4, 0.45), (6, 0.4))]
+    cut = dict(state, step=7, validation=later, best=later[2])  # its quarter: the steps > 5.25
+    assert SE.last_quarter_gain(cut) == pytest.approx(0.05)
+    assert SE.last_quarter_gain(dict(state, validation=[], best=None)) is None
 
 
 def test_training_time_counts_a_first_stage_once():

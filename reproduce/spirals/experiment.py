@@ -665,12 +665,22 @@ def evaluate_unit(model, state, data, n, eval_solver, seed, step=None, refine=No
     result = evaluate(model, best_params(state), data, n, eval_solver, seed + 1, step, refine)
     result["best_step"] = state["best"]["step"] if state["best"] else None
     result["best_validation_rmse_noisy"] = state["best"]["score"] if state["best"] else None
+    result["validation_gain_last_quarter"] = last_quarter_gain(state)
     result["last_iterate"] = score(model, state["params"], data, n, data["test"], eval_solver,
                                    step)
     for row in ("map_z0", "true_gaps"):  # Table 2's rows from the same unit
         if row in result:
             result[row]["best_step"] = result["best_step"]
     return result
+
+
+def last_quarter_gain(state):
+    """How much the unit's best validation RMSE fell in the last quarter of its training (the
+    best check up to 3/4 of its steps less the best of all; None if never validated): a
+    convergence check, since a unit still improving when it stopped gains there."""
+    checks = state.get("validation") or []
+    early = [c["score"] for c in checks if c["step"] <= 0.75 * state["step"]]
+    return min(early) - state["best"]["score"] if early and state["best"] else None
 
 
 def seed_cell(results, steps, planned):
@@ -690,7 +700,8 @@ def seed_cell(results, steps, planned):
         values = [r[key] for r in rows]
         entry[key], entry[f"{key}_sd"] = _summary(values)
         entry[f"{key}_seeds"] = values
-    for key in ("test_elbo", "test_nll", "best_step", "best_validation_rmse_noisy"):
+    for key in ("test_elbo", "test_nll", "best_step", "best_validation_rmse_noisy",
+                "validation_gain_last_quarter"):
         if key in rows[0]:
             entry[f"{key}_seeds"] = [r[key] for r in rows]
     if "lbfgs" in rows[0]:
