@@ -19,8 +19,10 @@ BACKWARD_METHODS = ADJOINT_METHODS + ADAPTIVE_RK  # what may solve the adjoint
 DEFAULT_TOL = 1.49012e-8  # scipy.integrate.odeint's default rtol and atol
 MAX_COUNT = np.iinfo(np.int32).max  # max_steps and checkpoints: VODE/LSODA's Fortran integers
 MAX_CHECKPOINTS = 10 ** 6  # each holds a forward state
-# times closer than this, relative to their size, cannot be stepped between (a few ulps)
-NEAR = 64 * np.finfo(float).eps
+# the fewest ulps (np.spacing of the larger) between two times that a method steps across:
+# measured, VODE and LSODA failed at 2 and the adaptive RK pairs at 16 (rk4 never)
+MIN_ULPS = {"rk4": 0, "dopri5": 32, "bosh3": 32, "rkf23": 32}
+MIN_ULPS_ADJOINT = 4
 
 
 @dataclasses.dataclass
@@ -79,7 +81,8 @@ def odeint(func, y0, t, args=(), *, rtol=None, atol=None, method="lsoda",
     diagonal above, so that large states never get an n x n one; on strongly coupled stiff
     systems the diagonal one can miss the tolerance by orders of magnitude: pass 'dense').
     t's times must be resolvable by float64 to the tolerance over their span (times near 1e12
-    spanning 1 are not: solve in t - t[0]), and no two closer than a few ulps.
+    spanning 1 are not: solve in t - t[0]), and no two closer than the method can step across
+    (MIN_ULPS: 4 ulps for VODE/LSODA, 32 for the adaptive RK pairs).
     adjoint_method, adjoint_rtol, adjoint_atol: the backward solves (default: the forward's).
     adjoint_method may also be 'dopri5', 'bosh3' or 'rkf23' (in plain numpy there), which carry
     their step size from one output interval to the next where VODE and LSODA restart at order 1.
@@ -112,6 +115,7 @@ def odeint(func, y0, t, args=(), *, rtol=None, atol=None, method="lsoda",
                          "tolerance")
     rtol, atol = (DEFAULT_TOL if tol is None else tol for tol in (rtol, atol))
     _check_tolerances(rtol, atol, "rtol", "atol")
+    _check_spacing(t, method)
     if method != "rk4":
         _check_resolution(t, rtol, atol)
     _check_count(max_steps, "max_steps")
@@ -140,6 +144,7 @@ def odeint(func, y0, t, args=(), *, rtol=None, atol=None, method="lsoda",
     if not (isinstance(adjoint_method, str) and adjoint_method in BACKWARD_METHODS):
         raise ValueError(f"unknown adjoint_method {adjoint_method!r}; choose one of "
                          f"{', '.join(BACKWARD_METHODS)}")
+    _check_spacing(t, adjoint_method)
     if not (jacobian is None or isinstance(jacobian, str) and jacobian in ("dense", "diagonal")):
         raise ValueError(f"jacobian must be None, 'dense' or 'diagonal', not {jacobian!r}")
     if jacobian is not None and not {method, adjoint_method} & {"bdf", "lsoda"}:
@@ -155,7 +160,8 @@ def odeint(func, y0, t, args=(), *, rtol=None, atol=None, method="lsoda",
     opts = Options(method, rtol, atol, max_steps, jacobian, backward=backward)
     if checkpoints is None:
         return _solve_adjoint(func, y0, t, args, opts, stats)
-    t_all, rows = _with_checkpoints(t, checkpoints)
+    t_all, rows = _with_checkpoints(t, checkpoints, max(
+        MIN_ULPS.get(m, MIN_ULPS_ADJOINT) for m in (method, adjoint_method)))
     return _solve_adjoint(func, y0, t_all, args, opts, stats)[rows]
 
 
@@ -247,23 +253,32 @@ def _check_t(t):
                          "strictly monotonic")
     if not (np.all(steps > 0) or np.all(steps < 0)):
         raise ValueError("t must be strictly increasing or strictly decreasing")
-    value = value.astype(float)
-    near = np.abs(steps) <= NEAR * np.maximum(np.abs(value[:-1]), np.abs(value[1:]))
+    return t if isbox(t) else value.astype(float)
+
+
+def _ulps_apart(a, b):
+    """|a - b| in units of the float64 spacing of the larger of |a| and |b|."""
+    return np.abs(a - b) / np.spacing(np.maximum(np.abs(a), np.abs(b)))
+
+
+def _check_spacing(t, method):
+    """Refuse consecutive times too close for `method` to step between (it failed there)."""
+    tv, least = getval(t), MIN_ULPS.get(method, MIN_ULPS_ADJOINT)
+    near = _ulps_apart(tv[:-1], tv[1:]) < least
     if np.any(near):
         i = int(np.argmax(near))
-        raise ValueError(f"t holds {float(value[i])!r} and {float(value[i + 1])!r}, too close "
-                         "for a solver to step between (a few ulps): merge them or space them "
-                         "further")
-    return t if isbox(t) else value
+        raise ValueError(f"t holds {float(tv[i])!r} and {float(tv[i + 1])!r}, too close for "
+                         f"method={method!r} to step between (fewer than {least} ulps apart): "
+                         "merge them or space them further")
 
 
 def _check_resolution(t, rtol, atol):
     """Refuse times so large for their span that float64 cannot resolve a step to the tolerance
     (the solvers then print warnings and return wrong answers)."""
     tv = getval(t)
-    ulp = np.finfo(float).eps * float(np.max(np.abs(tv)))
+    ulp = float(np.spacing(np.max(np.abs(tv))))
     span = abs(float(tv[-1] - tv[0]))
-    tol = max(rtol if rtol > 0 else atol, NEAR)  # below that, the solvers' own error says it
+    tol = max(rtol if rtol > 0 else atol, 1e-14)  # below, the solvers' own error says it
     if ulp > tol * span:
         raise ValueError(f"t runs from {float(tv[0])!r} to {float(tv[-1])!r}: float64 resolves "
                          f"times that large only to {ulp:.2g}, {ulp / span:.2g} of the span, "
@@ -349,19 +364,20 @@ def _flatten(tree):
     return [leaf for leaves, _ in parts for leaf in leaves], rebuild
 
 
-def _apart(extra, times):
-    """The sorted checkpoint times `extra` that are not within a few ulps (NEAR) of an output
-    time (sorted `times`) or of the checkpoint before them: a solver cannot step between such
+def _apart(extra, times, least):
+    """The sorted checkpoint times `extra` at least `least` ulps from every output time (sorted
+    `times`) and from the checkpoint before them: the solvers cannot step between closer
     neighbours (np.linspace's 0.30000000000000004 beside an output time 0.3)."""
     i = np.clip(np.searchsorted(times, extra), 1, len(times) - 1)
-    gap = np.minimum(np.abs(extra - times[i - 1]), np.abs(extra - times[i]))
-    extra = extra[gap > NEAR * np.maximum(np.abs(extra), np.abs(times[i]))]
-    scale = NEAR * np.maximum(np.abs(extra[1:]), np.abs(extra[:-1]))
-    return extra[np.concatenate([[True], np.diff(extra) > scale])[:len(extra)]]
+    apart = np.minimum(_ulps_apart(extra, times[i - 1]), _ulps_apart(extra, times[i]))
+    extra = extra[apart >= least]
+    return extra[np.concatenate([[True], _ulps_apart(extra[1:], extra[:-1]) >= least])
+                 [:len(extra)]]
 
 
-def _with_checkpoints(t, checkpoints):
-    """The output times merged with checkpoint times, and the rows of the outputs in the merge."""
+def _with_checkpoints(t, checkpoints, least):
+    """The output times merged with checkpoint times (those at least `least` ulps from the
+    others), and the rows of the outputs in the merge."""
     tv = getval(t)
     if np.ndim(checkpoints) == 0:
         _check_count(checkpoints, "checkpoints (a count, or an array of times)")
@@ -380,7 +396,7 @@ def _with_checkpoints(t, checkpoints):
             raise ValueError(f"checkpoint times must lie strictly inside [{lo}, {hi}]")
     if extra.size > MAX_CHECKPOINTS:
         raise ValueError(f"{extra.size} checkpoint times; at most {MAX_CHECKPOINTS}")
-    extra = _apart(np.unique(extra), np.sort(tv))
+    extra = _apart(np.unique(extra), np.sort(tv), least)
     order = np.argsort(np.concatenate([tv, extra]), kind="stable")
     if tv[-1] < tv[0]:
         order = order[::-1]

@@ -10,7 +10,6 @@ the folder flags (--out, --checkpoint-dir, --weights-dir) name parent folders, e
 writing into NAME/ there."""
 import importlib
 import os
-import signal
 import sys
 import time
 import traceback
@@ -162,11 +161,19 @@ def _run(name, argv):
         return 1
 
 
+def _interrupted(kind, error, trace):
+    """sys.excepthook: a KeyboardInterrupt (Ctrl-C, or --stop-after's simulated kill) in one
+    line; Python then shuts down as usual and ends by SIGINT (which the runner does not
+    retry). Anything else as Python prints it."""
+    if not issubclass(kind, KeyboardInterrupt):
+        return sys.__excepthook__(kind, error, trace)
+    command = sys.argv[1] if len(sys.argv) > 1 else ""
+    resume = ("; the checkpoints written so far are kept: continue with --resume"
+              if command == "all" or command in EXPERIMENTS else "")
+    print(f"python -m reproduce: interrupted{f' ({error})' if str(error) else ''}{resume}",
+          file=sys.stderr)
+
+
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except KeyboardInterrupt as stop:  # Ctrl-C, or --stop-after's simulated kill
-        print(f"python -m reproduce: interrupted{f' ({stop})' if str(stop) else ''}; the "
-              "checkpoints written so far are kept: continue with --resume", file=sys.stderr)
-        signal.signal(signal.SIGINT, signal.SIG_DFL)  # end as Python would, by SIGINT (the
-        os.kill(os.getpid(), signal.SIGINT)          # runner does not retry such a unit)
+    sys.excepthook = _interrupted
+    sys.exit(main())

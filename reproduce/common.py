@@ -156,6 +156,8 @@ class Run:
             given = vars(self.args)[flag[2:].replace("-", "_")]
             if given is not None and not given.strip():
                 self.usage_error(f"{flag} {given!r}: an empty folder name")
+            if self.args.evaluate_only and flag != "--out":
+                continue  # only read (a read-only checkout's committed weights evaluate)
             problem = unwritable(folder)
             if problem:  # found now, not when the run has trained and writes its results
                 self.usage_error(f"{flag} {folder}: {problem}")

@@ -74,9 +74,10 @@ def main(argv=None):
                         help="report only this mode's runs (default: full, else quick)")
     args = parser.parse_args(argv)
     folder = os.path.dirname(os.path.abspath(args.out))
-    if os.path.isdir(args.out) or not os.path.isdir(folder):
-        parser.error(f"--out {args.out}: " + ("a folder, not a file" if os.path.isdir(args.out)
-                                              else f"no folder {folder}"))
+    if not args.out.strip() or args.out.endswith(os.sep) or os.path.isdir(args.out):
+        parser.error(f"--out {args.out!r}: the report's file, not a folder")
+    if not os.path.isdir(folder):
+        parser.error(f"--out {args.out}: no folder {folder}")
     modes = (args.mode,) if args.mode else ("full", "quick")
     text = results_markdown(modes)  # composed first: a failing section leaves the file alone
     with open(args.out, "w") as f:

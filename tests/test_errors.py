@@ -33,8 +33,9 @@ def no_warnings():
     ([[0.0, 1.0]], "1-D"),
     (["a", "b"], "real numbers"),
     ([[0.0, 1.0], [2.0]], "t must be an array of real numbers"),
-    ([0.0, 0.3, np.nextafter(0.3, 1.0), 1.0], "too close for a solver to step between"),
-    ([1e15, 1e15 + 1.0], "too close for a solver to step between"),  # 8 ulps apart
+    ([0.0, 0.3, np.nextafter(0.3, 1.0), 1.0], "too close for method='lsoda' to step between"),
+    ([0.0, 1.0, 1.0 + 3 * np.spacing(1.0)], "fewer than 4 ulps apart"),  # lsoda failed at 2
+    ([1e15, 1e15 + 1.0], "float64 resolves times that large only to 0.12"),  # 8 ulps apart
 ])
 def test_bad_times(t, match):
     with pytest.raises(ValueError, match=match):
@@ -53,6 +54,23 @@ def test_times_too_large_for_their_span_are_refused_not_solved_wrong(method):
         odeint(decay, Y0, [1e12, 1e12 + 1.0], method=method, **options)
     ys = odeint(decay, Y0, [1e6, 1e6 + 1.0], method=method, **options)  # 2e-10 of the span
     np.testing.assert_allclose(ys[-1], Y0 * np.exp(-1.0), rtol=1e-6)
+
+
+def test_times_a_method_can_step_across_are_taken_however_close():
+    # refused only below what each method was measured to fail at (MIN_ULPS); rk4 never fails
+    t = np.array([0.0, 1.0, 1.0 + 4 * np.spacing(1.0), 2.0])
+    for method, options in (("lsoda", {}), ("adams", {}), ("rk4", dict(step_size=0.01))):
+        ys = odeint(decay, Y0, t, method=method, **options)
+        np.testing.assert_allclose(ys, np.exp(-t)[:, None] * Y0, rtol=1e-6)
+    for method in ("dopri5", "bosh3", "rkf23"):
+        with pytest.raises(ValueError, match=f"too close for method='{method}'"):
+            odeint(decay, Y0, t, method=method)
+    with pytest.raises(ValueError, match="too close for method='dopri5'"):  # its backward solve
+        odeint(decay, Y0, t, method="adams", adjoint_method="dopri5")
+    t = np.array([0.0, 0.3, np.nextafter(0.3, 1.0), 1.0])
+    g = grad(lambda a: anp.sum(odeint(lambda y, t, a: -a * y, Y0, t, (a,), method="rk4",
+                                      step_size=0.01)))(1.0)
+    assert g == pytest.approx(np.sum(Y0) * np.sum(-t * np.exp(-t)), rel=1e-8)
 
 
 @pytest.mark.parametrize("method", ["adams", "lsoda", "bdf"])

@@ -156,7 +156,9 @@ def test_command_line_mistakes_are_one_line_errors(tmp_path):
             (("mnist", "--smoke", "--models", "mlp,"), "--models: unknown ''"),
             (("spirals", "--smoke", "--out", ""), "--out '': an empty folder name"),
             (("report", "--no-readme", "--out", str(tmp_path / "no" / "x.md")), "no folder"),
-            (("report", "--no-readme", "--out", str(tmp_path)), "a folder, not a file")):
+            (("report", "--no-readme", "--out", str(tmp_path)), "the report's file, not a"),
+            (("report", "--no-readme", "--out", ""), "the report's file, not a folder"),
+            (("report", "--no-readme", "--out", f"{tmp_path}/new/"), "the report's file")):
         out = run(*args)
         assert out.returncode == 2 and message in out.stderr, (args, out.stderr[-2000:])
         assert "Traceback" not in out.stderr
