@@ -144,7 +144,8 @@ def odeint(func, y0, t, args=(), *, rtol=None, atol=None, method="lsoda",
     if not (isinstance(adjoint_method, str) and adjoint_method in BACKWARD_METHODS):
         raise ValueError(f"unknown adjoint_method {adjoint_method!r}; choose one of "
                          f"{', '.join(BACKWARD_METHODS)}")
-    _check_spacing(t, adjoint_method)
+    if adjoint_method != method:
+        _check_spacing(t, adjoint_method)
     if not (jacobian is None or isinstance(jacobian, str) and jacobian in ("dense", "diagonal")):
         raise ValueError(f"jacobian must be None, 'dense' or 'diagonal', not {jacobian!r}")
     if jacobian is not None and not {method, adjoint_method} & {"bdf", "lsoda"}:
@@ -160,8 +161,7 @@ def odeint(func, y0, t, args=(), *, rtol=None, atol=None, method="lsoda",
     opts = Options(method, rtol, atol, max_steps, jacobian, backward=backward)
     if checkpoints is None:
         return _solve_adjoint(func, y0, t, args, opts, stats)
-    t_all, rows = _with_checkpoints(t, checkpoints, max(
-        MIN_ULPS.get(m, MIN_ULPS_ADJOINT) for m in (method, adjoint_method)))
+    t_all, rows = _with_checkpoints(t, checkpoints, max(map(_min_ulps, (method, adjoint_method))))
     return _solve_adjoint(func, y0, t_all, args, opts, stats)[rows]
 
 
@@ -261,9 +261,14 @@ def _ulps_apart(a, b):
     return np.abs(a - b) / np.spacing(np.maximum(np.abs(a), np.abs(b)))
 
 
+def _min_ulps(method):
+    """The fewest ulps between two times that `method` steps across (MIN_ULPS)."""
+    return MIN_ULPS.get(method, MIN_ULPS_ADJOINT)
+
+
 def _check_spacing(t, method):
     """Refuse consecutive times too close for `method` to step between (it failed there)."""
-    tv, least = getval(t), MIN_ULPS.get(method, MIN_ULPS_ADJOINT)
+    tv, least = getval(t), _min_ulps(method)
     near = _ulps_apart(tv[:-1], tv[1:]) < least
     if np.any(near):
         i = int(np.argmax(near))

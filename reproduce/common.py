@@ -45,14 +45,19 @@ class UsageError(Exception):
     """A bad command-line value found after parsing (python -m reproduce prints it, exits 2)."""
 
 
+def _number(kind, text):
+    """text as a number of the given kind (int or float), or the argparse error naming it."""
+    try:
+        return kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a{'n integer' if kind is int else ' number'}:"
+                                         f" {text!r}") from None
+
+
 def positive(kind):
     """An argparse type: a positive number of the given kind (int or float)."""
     def parse(text):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a{'n integer' if kind is int else ' number'}:"
-                                             f" {text!r}") from None
+        value = _number(kind, text)
         if not value > 0 or value != value or value == float("inf"):
             raise argparse.ArgumentTypeError(f"must be positive and finite, not {text}")
         return value
@@ -65,10 +70,7 @@ SEED_MAX = 2 ** 31 - 1  # the generators take seeds below 2**32, and runs add sm
 
 def seed_arg(text):
     """An argparse type: a random seed, an integer from 0 to SEED_MAX."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    value = _number(int, text)
     if not 0 <= value <= SEED_MAX:
         raise argparse.ArgumentTypeError(f"a seed is an integer from 0 to {SEED_MAX}, not {text}")
     return value
@@ -151,9 +153,10 @@ class Run:
         self.weights_dir = self.args.weights_dir or (
             os.path.join(ROOT, "weights", name) if self.mode == "full"
             else os.path.join(self.ckpt_dir, "final"))
-        for flag, folder in (("--out", self.out_dir), ("--checkpoint-dir", self.ckpt_dir),
-                             ("--weights-dir", self.weights_dir)):
-            given = vars(self.args)[flag[2:].replace("-", "_")]
+        for flag, given, folder in (
+                ("--out", self.args.out, self.out_dir),
+                ("--checkpoint-dir", self.args.checkpoint_dir, self.ckpt_dir),
+                ("--weights-dir", self.args.weights_dir, self.weights_dir)):
             if given is not None and not given.strip():
                 self.usage_error(f"{flag} {given!r}: an empty folder name")
             if self.args.evaluate_only and flag != "--out":
