@@ -10,6 +10,7 @@ from autograd.tracer import getval, isbox
 from . import rk
 from ._scipy import refuse_broken
 from .adjoint import Options, odeint_adjoint
+from .errors import Counts, counting
 
 ADJOINT_METHODS = ("adams", "bdf", "lsoda")  # scipy's VODE (Adams, BDF) and LSODA; adjoint VJP
 ADAPTIVE_RK = tuple(rk.TABLEAUX)  # dopri5, bosh3: this package's own adaptive Runge-Kutta pairs
@@ -23,20 +24,10 @@ MAX_CHECKPOINTS = 10 ** 6  # each holds a forward state
 # measured, VODE and LSODA failed at 2 and the adaptive RK pairs at 16 (rk4 never)
 MIN_ULPS = {"rk4": 0, "dopri5": 32, "bosh3": 32, "rkf23": 32}
 MIN_ULPS_ADJOINT = 4
-
-
-@dataclasses.dataclass
-class Counts:
-    """What one direction of solving did: dynamics evaluations, accepted steps, solver calls."""
-
-    nfe: int = 0
-    steps: int = 0
-    solves: int = 0
-
-    def add(self, nfe, steps):
-        self.nfe += nfe
-        self.steps += steps or 0
-        self.solves += 1
+# the shortest and longest span of t the adaptive methods take: their step-size arithmetic squares
+# rates and steps, and beyond about 1e-150 VODE and LSODA returned wrong answers without an error
+# (measured on y' = -y / T over [0, T]); rk4 takes any span
+SPAN_RANGE = (1e-100, 1e100)
 
 
 @dataclasses.dataclass
@@ -81,8 +72,9 @@ def odeint(func, y0, t, args=(), *, rtol=None, atol=None, method="lsoda",
     diagonal above, so that large states never get an n x n one; on strongly coupled stiff
     systems the diagonal one can miss the tolerance by orders of magnitude: pass 'dense').
     t's times must be resolvable by float64 to the tolerance over their span (times near 1e12
-    spanning 1 are not: solve in t - t[0]), and no two closer than the method can step across
-    (MIN_ULPS: 4 ulps for VODE/LSODA, 32 for the adaptive RK pairs).
+    spanning 1 are not: solve in t - t[0]), no two closer than the method can step across
+    (MIN_ULPS: 4 ulps for VODE/LSODA, 32 for the adaptive RK pairs), and for the adaptive
+    methods their span within SPAN_RANGE (1e-100 to 1e100: rescale time beyond).
     adjoint_method, adjoint_rtol, adjoint_atol: the backward solves (default: the forward's).
     adjoint_method may also be 'dopri5', 'bosh3' or 'rkf23' (in plain numpy there), which carry
     their step size from one output interval to the next where VODE and LSODA restart at order 1.
@@ -90,7 +82,7 @@ def odeint(func, y0, t, args=(), *, rtol=None, atol=None, method="lsoda",
     checkpoints: an int k (k extra times evenly spaced between t[0] and t[-1]) or an array of
     times at which the forward states are stored, so that the backward solve restarts z from
     them (curbs the error of reconstructing z backwards, the paper's Section 6).
-    stats: a SolverStats that receives NFE and step counts.
+    stats: a SolverStats that receives NFE and step counts (a failed solve's too).
 
     A func may offer the backward solve a fused call (gpu_dynamics' primitives do):
     `func.value_and_vjp(g, y, t, *args) -> (f, g_y, g_t, g_args)`, f and the vector-Jacobian
@@ -117,7 +109,8 @@ def odeint(func, y0, t, args=(), *, rtol=None, atol=None, method="lsoda",
     _check_tolerances(rtol, atol, "rtol", "atol")
     _check_spacing(t, method)
     if method != "rk4":
-        _check_resolution(t, rtol, atol)
+        _check_span(t)
+        _check_resolution(t, rtol, atol, "")
     _check_count(max_steps, "max_steps")
     if step_size is not None and method != "rk4":
         raise ValueError(f"step_size applies to method='rk4' only, not {method!r}")
@@ -154,6 +147,7 @@ def odeint(func, y0, t, args=(), *, rtol=None, atol=None, method="lsoda",
     adjoint_rtol = rtol if adjoint_rtol is None else adjoint_rtol
     adjoint_atol = atol if adjoint_atol is None else adjoint_atol
     _check_tolerances(adjoint_rtol, adjoint_atol, "adjoint_rtol", "adjoint_atol")
+    _check_resolution(t, adjoint_rtol, adjoint_atol, "adjoint ")
     for name in {method, adjoint_method}:
         refuse_broken(name)
     backward = Options(adjoint_method, adjoint_rtol, adjoint_atol, max_steps, jacobian,
@@ -169,14 +163,11 @@ def _solve_direct(func, y0, t, args, method, rtol, atol, max_steps, step_size, s
     """RK-Net: autograd records the solver's own operations (closures over traced values are
     fine here)."""
     fun = lambda y, tt: func(y, tt, *args)  # noqa: E731
-    with np.errstate(all="ignore"):  # non-finite values raise ODESolverError instead
+    # non-finite values raise ODESolverError instead of numpy warnings
+    with np.errstate(all="ignore"), counting(None if stats is None else stats.forward) as counts:
         if method == "rk4":
-            ys, nfe, steps = rk.rk4(fun, y0, t, step_size, max_steps)
-        else:
-            ys, nfe, steps, _ = rk.embedded_rk(method, fun, y0, t, rtol, atol, max_steps)
-    if stats is not None:
-        stats.forward.add(nfe, steps)
-    return ys
+            return rk.rk4(fun, y0, t, step_size, max_steps, counts)
+        return rk.embedded_rk(method, fun, y0, t, rtol, atol, max_steps, counts)[0]
 
 
 def _solve_adjoint(func, y0, t, args, opts, stats):
@@ -184,6 +175,12 @@ def _solve_adjoint(func, y0, t, args, opts, stats):
     inputs); everything else in args (ints, strings, ...) stays inside the wrapped func."""
     leaves, rebuild = _flatten(args)
     floats = [i for i, leaf in enumerate(leaves) if _is_float(leaf)]
+    for leaf in leaves:
+        if isbox(leaf) and not _is_float(leaf):
+            raise ValueError(f"args holds a value of dtype {np.asarray(getval(leaf)).dtype} "
+                             "that autograd is differentiating; odeint differentiates real "
+                             "float arrays only: pass a complex one as its real and imaginary "
+                             "parts")
 
     def with_floats(values):
         full = list(leaves)
@@ -277,9 +274,20 @@ def _check_spacing(t, method):
                          "merge them or space them further")
 
 
-def _check_resolution(t, rtol, atol):
+def _check_span(t):
+    """Refuse a span of t outside SPAN_RANGE (the adaptive solvers' arithmetic fails there)."""
+    tv = getval(t)
+    span = abs(float(tv[-1] - tv[0]))
+    if not SPAN_RANGE[0] <= span <= SPAN_RANGE[1]:
+        raise ValueError(f"t spans {span:.3g}, outside the {SPAN_RANGE[0]:g} to "
+                         f"{SPAN_RANGE[1]:g} that the adaptive methods' step-size arithmetic "
+                         "handles in float64; rescale time: solve in s = t / c, with dynamics "
+                         "c * func(y, s * c)")
+
+
+def _check_resolution(t, rtol, atol, which):
     """Refuse times so large for their span that float64 cannot resolve a step to the tolerance
-    (the solvers then print warnings and return wrong answers)."""
+    (the solvers then print warnings and return wrong answers); `which` names the solve."""
     tv = getval(t)
     ulp = float(np.spacing(np.max(np.abs(tv))))
     span = abs(float(tv[-1] - tv[0]))
@@ -287,7 +295,7 @@ def _check_resolution(t, rtol, atol):
     if ulp > tol * span:
         raise ValueError(f"t runs from {float(tv[0])!r} to {float(tv[-1])!r}: float64 resolves "
                          f"times that large only to {ulp:.2g}, {ulp / span:.2g} of the span, "
-                         f"coarser than the tolerance {tol:g}; solve in the shifted time "
+                         f"coarser than the {which}tolerance {tol:g}; solve in the shifted time "
                          f"s = t - t[0] (func given s + t[0])")
 
 

@@ -46,8 +46,6 @@ _ISTATE_MESSAGES = {
         "(the solution may blow up near this time; if not, raise max_steps, loosen the "
         "tolerances, or try method='bdf' if the problem is stiff)",
     -2: "excess accuracy requested: the tolerances are too small for float64",
-    -3: "illegal input detected by the solver (with atol = 0, a component that is zero at the "
-        "start makes the error weight zero)",
     -4: "repeated error test failures (step size underflow: the solution may blow up or the "
         "dynamics may be discontinuous)",
     -5: "repeated convergence failures of the corrector (step size underflow; for a stiff "
@@ -108,14 +106,15 @@ def _exclusive(method):
 class _Guarded:
     """The dynamics as the compiled solver sees them: counted, checked, never raising."""
 
-    def __init__(self, fun, size):
-        self.fun, self.zeros = fun, np.zeros(size)
+    def __init__(self, fun, size, counts):
+        self.fun, self.zeros, self.counts = fun, np.zeros(size), counts
         self.nfe, self.error = 0, None
 
     def __call__(self, y, t):
         if self.error is not None:
             return self.zeros
         self.nfe += 1
+        self.counts.nfe += 1
         try:
             f = self.fun(y, t)
             if not all_finite(f):
@@ -161,15 +160,31 @@ def _steps_taken(solver):
     return int(solver._integrator.iwork[10])
 
 
-def solve(fun, y0, t, method, rtol, atol, max_steps, jacobian=None):
-    """Solve dy/dt = fun(y, t) for a 1-D float64 y0, returning (ys, nfe, steps).
+def _illegal_input(method, y0, t, rtol, atol):
+    """Why VODE/LSODA refused their input (istate -3), once odeint's own checks have passed."""
+    weight = rtol * np.abs(y0) + atol
+    if np.any(weight == 0):
+        i = int(np.argmax(weight == 0))
+        return (f"component {i} of y0 is zero and its atol is 0, so its error weight "
+                "rtol * |y| + atol is zero, which VODE/LSODA refuse: give atol > 0")
+    # measured on y0 = 1, atol = 0: VODE refuses rtol below eps, LSODA below 100 eps
+    most = 0.01 if method == "lsoda" else 1.0
+    if np.finfo(float).eps * np.max(np.abs(y0) / weight) > 0.5 * most:
+        return ("the tolerances ask for more accuracy than float64 holds for y0 (VODE/LSODA's "
+                "'too much accuracy requested'): loosen rtol and atol")
+    return (f"the solver refused its input (istate -3; its printed message says why); with "
+            f"odeint's own checks passed, the likely cause is a first output time too close to "
+            f"the start for its step-size arithmetic (t[1] - t[0] = {t[1] - t[0]:.3g})")
 
-    ys[i] is the state at t[i] (t strictly monotonic); rtol and atol are scalars or arrays of
-    y0's size. Raises ODESolverError when the solver fails (its `t` the time the solver reached),
-    and re-raises whatever `fun` raised.
+
+def solve(fun, y0, t, method, rtol, atol, max_steps, counts, jacobian=None):
+    """Solve dy/dt = fun(y, t) for a 1-D float64 y0, returning ys: ys[i] is the state at t[i]
+    (t strictly monotonic). rtol and atol are scalars or arrays of y0's size; `counts` (a Counts)
+    receives the evaluations and steps, of a failed solve too. Raises ODESolverError when the
+    solver fails (its `t` the time the solver reached), and re-raises whatever `fun` raised.
     """
     refuse_broken(method)
-    guarded, failure = _Guarded(fun, y0.size), None
+    guarded, failure = _Guarded(fun, y0.size, counts), None
     ys = np.empty((len(t), y0.size))
     ys[0] = y0
     # Overflow and nan in the dynamics are reported by _Guarded as an error, not a numpy warning.
@@ -184,14 +199,16 @@ def solve(fun, y0, t, method, rtol, atol, max_steps, jacobian=None):
                 break
             if not solver.successful():
                 code = solver.get_return_code()
-                reason = _ISTATE_MESSAGES.get(code, f"the solver returned istate = {code}")
+                reason = (_illegal_input(method, y0, t, rtol, atol) if code == -3 else
+                          _ISTATE_MESSAGES.get(code, f"the solver returned istate = {code}"))
                 failure = ODESolverError(reason.format(max_steps=max_steps), t=float(solver.t),
                                          method=method)
                 break
+        counts.steps += _steps_taken(solver)
     guarded.check(method)
     if failure is not None:
         raise failure
     if not all_finite(ys):
         first = int(np.nonzero(~np.isfinite(ys).all(axis=1))[0][0])
         raise ODESolverError("the solution became non-finite", t=float(t[first]), method=method)
-    return ys, guarded.nfe, _steps_taken(solver)
+    return ys

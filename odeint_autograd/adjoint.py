@@ -22,7 +22,7 @@ from autograd.tracer import isbox
 
 from ._scipy import solve
 from ._vjp import value_and_vjp
-from .errors import ODESolverError
+from .errors import ODESolverError, counting
 from .rk import TABLEAUX, embedded_rk
 
 
@@ -83,23 +83,23 @@ def odeint_adjoint(y0, t, *args, func, opts, stats=None, carry=None):
 
     rtol, atol = opts.tolerances(np.size(y0))
     y0_flat, t_values = np.ravel(y0).astype(float), np.asarray(t, dtype=float)
+    sink = None if stats is None else stats.backward if opts.adjoint else stats.forward
     try:
-        if opts.method in TABLEAUX:  # the project's own solvers: pure Python, re-entrant
-            with np.errstate(all="ignore"):
-                ys, nfe, steps, next_step = embedded_rk(
-                    opts.method, fun, y0_flat, t_values, rtol, atol, opts.max_steps,
-                    carry.h if carry is not None else None)
-            if carry is not None:
-                carry.h = next_step
-        else:  # scipy's solvers copy f into their own float64 arrays
-            ys, nfe, steps = solve(fun, y0_flat, t_values, opts.method, rtol, atol,
-                                   opts.max_steps, opts.jacobian)
+        with counting(sink) as counts:
+            if opts.method in TABLEAUX:  # the project's own solvers: pure Python, re-entrant
+                with np.errstate(all="ignore"):
+                    ys, next_step = embedded_rk(
+                        opts.method, fun, y0_flat, t_values, rtol, atol, opts.max_steps, counts,
+                        carry.h if carry is not None else None)
+                if carry is not None:
+                    carry.h = next_step
+            else:  # scipy's solvers copy f into their own float64 arrays
+                ys = solve(fun, y0_flat, t_values, opts.method, rtol, atol, opts.max_steps,
+                           counts, opts.jacobian)
     except ODESolverError as e:
         if opts.adjoint:
             e.solve = "adjoint"
         raise
-    if stats is not None:
-        (stats.backward if opts.adjoint else stats.forward).add(nfe, steps)
     ys = ys.reshape((len(t),) + shape)
     ys[0] = y0
     return ys

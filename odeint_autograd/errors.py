@@ -1,4 +1,8 @@
-"""The error a failed solve raises, shared by every solver in the package."""
+"""What every solver in the package shares: the error a failed solve raises, the counts of what a
+solve did, and the check for non-finite values."""
+import dataclasses
+from contextlib import contextmanager
+
 import numpy as np
 
 
@@ -25,3 +29,29 @@ def all_finite(f):
     a BLAS dot would wake numpy's OpenBLAS threads, whose spinning after the call takes a core
     from the dynamics' own threads."""
     return bool(np.isfinite(np.sum(f)) or np.isfinite(f).all())
+
+
+@dataclasses.dataclass
+class Counts:
+    """What one direction of solving did: dynamics evaluations, accepted steps, solver calls."""
+
+    nfe: int = 0
+    steps: int = 0
+    solves: int = 0
+
+    def add(self, nfe, steps):
+        self.nfe += nfe
+        self.steps += steps
+        self.solves += 1
+
+
+@contextmanager
+def counting(sink):
+    """A fresh Counts that one solve fills as it goes, added to `sink` (a Counts, or None) however
+    the solve ends: a failed solve's evaluations are counted too."""
+    counts = Counts()
+    try:
+        yield counts
+    finally:
+        if sink is not None:
+            sink.add(counts.nfe, counts.steps)

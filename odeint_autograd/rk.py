@@ -20,7 +20,8 @@ class Tableau:
     coefficients a; b gives the propagated solution (its order `order`), and e the difference
     between it and the embedded solution (order `error_order`). e's last entry weighs f(y_new),
     the next step's first stage: a pair that uses it (first same as last, FSAL) evaluates it with
-    every step, one whose last entry is 0 only when a next step follows in the same solve."""
+    every step, one whose last entry is 0 only when a next step follows in the same solve.
+    first_cap caps the first step at first_cap times Hairer's h0 (_initial_step)."""
 
     c: tuple
     a: tuple
@@ -28,6 +29,7 @@ class Tableau:
     e: tuple
     order: int
     error_order: int
+    first_cap: float = 100.0
 
 
 TABLEAUX = {
@@ -52,7 +54,11 @@ TABLEAUX = {
            (0.0, 3 / 4)),
         b=(2 / 9, 1 / 3, 4 / 9),
         e=(2 / 9 - 7 / 24, 1 / 3 - 1 / 4, 4 / 9 - 1 / 3, -1 / 8),
-        order=3, error_order=2),
+        order=3, error_order=2,
+        # its error estimate on y' = lambda y is -z^3 (1 + z) / 48 (z = h lambda): zero at z = -1,
+        # the very first step of the usual cap (100 h0 = |y| / |f|) on a linear decay, which it
+        # then accepted 3.5 % wrong whatever the tolerance
+        first_cap=50.0),
     # Fehlberg's 2(3) pair, propagated at order 3: 3 evaluations a step like bosh3, but no FSAL
     # stage, so a step right after a restart (the adjoint's jump at each output time) costs 3
     # evaluations where bosh3's costs 4; its error estimate (against Heun's method) is the more
@@ -72,11 +78,11 @@ class _Counted:
     widened to float64): the stages are kept while later ones are evaluated, so a func that
     returns one buffer it overwrites on every call must not alias them."""
 
-    def __init__(self, fun, method):
-        self.fun, self.method, self.nfe = fun, method, 0
+    def __init__(self, fun, method, counts):
+        self.fun, self.method, self.counts = fun, method, counts
 
     def __call__(self, y, t):
-        self.nfe += 1
+        self.counts.nfe += 1
         f = self.fun(y, t)
         f = f if isbox(f) else np.array(f, dtype=float)
         if not all_finite(getval(f)):
@@ -85,11 +91,11 @@ class _Counted:
         return f
 
 
-def rk4(fun, y0, t, step_size, max_steps):
+def rk4(fun, y0, t, step_size, max_steps, counts):
     """Classical RK4; each interval is cut into ceil(|dt| / step_size) equal steps (1 if None),
-    at most max_steps of them. Returns (ys, nfe, steps)."""
-    f = _Counted(fun, "rk4")
-    ys, y, steps = [y0], y0, 0
+    at most max_steps of them. Returns ys; `counts` (a Counts) receives NFE and steps."""
+    f = _Counted(fun, "rk4", counts)
+    ys, y = [y0], y0
     for i in range(1, len(t)):
         span = t[i] - t[i - 1]
         n = 1.0 if step_size is None else max(1.0, np.ceil(abs(getval(span)) / step_size - 1e-9))
@@ -110,9 +116,9 @@ def rk4(fun, y0, t, step_size, max_steps):
             if not all_finite(getval(y)):
                 raise ODESolverError("the solution became non-finite (overflow): it may blow up "
                                      "here", t=float(getval(tj + h)), method="rk4")
-        steps += n
+            counts.steps += 1
         ys.append(y)
-    return anp.stack(ys), f.nfe, steps
+    return anp.stack(ys)
 
 
 def _rms(x):
@@ -126,39 +132,45 @@ def _rms(x):
     return rms
 
 
-def _initial_step(f, y0, f0, t0, direction, rtol, atol, error_order):
-    """Hairer, Norsett and Wanner's starting step (one extra evaluation)."""
+def _scaled(x, scale):
+    """x / scale, 0 where both are 0 (a component held at 0 under atol = 0 has no error)."""
+    return np.divide(x, scale, out=np.zeros(np.shape(x)), where=(x != 0))
+
+
+def _initial_step(f, y0, f0, t0, direction, rtol, atol, tab):
+    """Hairer, Norsett and Wanner's starting step (one extra evaluation), at most tab.first_cap
+    times their h0 (they take 100)."""
     y0v, f0v = getval(y0), getval(f0)
     scale = atol + rtol * np.abs(y0v)
-    d0, d1 = _rms(y0v / scale), _rms(f0v / scale)
+    d0, d1 = _rms(_scaled(y0v, scale)), _rms(_scaled(f0v, scale))
     h0 = 1e-6 if d0 < 1e-5 or d1 < 1e-5 else 0.01 * d0 / d1
     if not 0 < h0 < np.inf:  # the derivative overflows its error scale: no usable step
         return 0.0
     f1 = getval(f(y0v + direction * h0 * f0v, getval(t0) + direction * h0))
-    d2 = _rms((f1 - f0v) / scale) / h0
+    d2 = _rms(_scaled(f1 - f0v, scale)) / h0
     h1 = (max(1e-6, h0 * 1e-3) if max(d1, d2) <= 1e-15
-          else (0.01 / max(d1, d2)) ** (1 / (error_order + 1)))
-    return min(100 * h0, h1)
+          else (0.01 / max(d1, d2)) ** (1 / (tab.error_order + 1)))
+    return min(tab.first_cap * h0, h1)
 
 
-def embedded_rk(method, fun, y0, t, rtol, atol, max_steps, first_step=None):
+def embedded_rk(method, fun, y0, t, rtol, atol, max_steps, counts, first_step=None):
     """Adaptive solve with the pair TABLEAUX[method] and an RMS error norm; returns
-    (ys, nfe, steps, next_step).
+    (ys, next_step), and `counts` (a Counts) receives NFE and accepted steps.
 
     first_step: the first step size tried (None: chosen from the dynamics). next_step is the
     step size the solve would take next, so that consecutive solves (the adjoint's intervals)
     can carry it over. A step whose new state is not finite is rejected like an inaccurate one."""
     tab = TABLEAUX[method]
     exponent = -1.0 / (tab.error_order + 1)
-    f = _Counted(fun, method)
+    f = _Counted(fun, method, counts)
     direction = 1.0 if getval(t[-1]) > getval(t[0]) else -1.0
     y, tc = y0, t[0]
     if first_step is not None:
         k1, h = None, first_step
     else:
         k1 = f(y, tc)
-        h = _initial_step(f, y, k1, tc, direction, rtol, atol, tab.error_order)
-    ys, steps = [y0], 0
+        h = _initial_step(f, y, k1, tc, direction, rtol, atol, tab)
+    ys = [y0]
     for i in range(1, len(t)):
         interval_steps = 0
         while direction * (getval(t[i]) - getval(tc)) > 0:
@@ -182,12 +194,13 @@ def embedded_rk(method, fun, y0, t, rtol, atol, max_steps, first_step=None):
                 k_last = f(y_new, tc + step) if tab.e[-1] else None  # next step's first stage
                 err = getval(step) * sum(e * getval(k) for e, k in zip(tab.e, ks + [k_last]) if e)
                 scale = atol + rtol * np.maximum(np.abs(getval(y)), np.abs(getval(y_new)))
-                err_norm = _rms(err / scale)
+                err_norm = _rms(_scaled(err, scale))
             else:
                 err_norm = np.inf
             if err_norm <= 1.0:
                 y, tc, k1 = y_new, (t[i] if last else tc + step), k_last
                 interval_steps += 1
+                counts.steps += 1
                 factor = 10.0 if err_norm == 0 else min(10.0, 0.9 * err_norm ** exponent)
                 # a step cut short to land on t[i] says nothing against the step size h
                 if abs(getval(step)) >= h * (1 - 1e-12):
@@ -196,6 +209,5 @@ def embedded_rk(method, fun, y0, t, rtol, atol, max_steps, first_step=None):
                 h = abs(getval(step)) * max(0.2, 0.9 * err_norm ** exponent)
             else:
                 h = abs(getval(step)) * 0.2
-        steps += interval_steps
         ys.append(y)
-    return anp.stack(ys), f.nfe, steps, h
+    return anp.stack(ys), h

@@ -237,9 +237,50 @@ def test_too_many_steps_is_an_error(method):
 
 @pytest.mark.parametrize("method", ["lsoda", "adams", "bdf"])
 def test_impossible_accuracy_is_an_error(method):
-    with pytest.raises(ODESolverError):
+    with pytest.raises(ODESolverError, match="more accuracy than float64 holds"):
         odeint(lambda y, t: np.cos(t) * y, np.array([1e10]), [0.0, 1.0], method=method,
                rtol=1e-30, atol=1e-30)
+
+
+@pytest.mark.parametrize("method", ["lsoda", "adams", "bdf"])
+def test_why_vode_and_lsoda_refused_to_start_is_named(method):
+    # istate -3 has several causes; each message named "atol = 0" before
+    with pytest.raises(ODESolverError, match="component 1 of y0 is zero and its atol is 0"):
+        odeint(decay, np.array([1.0, 0.0]), [0.0, 1.0], method=method, rtol=1e-6, atol=0.0)
+    tight = 1e-15 if method == "lsoda" else 1e-16  # LSODA refuses below 100 eps, VODE below eps
+    with pytest.raises(ODESolverError, match="more accuracy than float64 holds"):
+        odeint(decay, Y0, [0.0, 1.0], method=method, rtol=tight, atol=0.0)
+    odeint(decay, np.array([1.0, 0.0]), [0.0, 1.0], method=method, rtol=1e-6, atol=1e-12)
+
+
+def test_a_first_output_time_lsoda_cannot_reach_is_named():
+    with pytest.raises(ODESolverError, match=r"first output time.*t\[1\] - t\[0\] = 1e-200"):
+        odeint(decay, Y0, [0.0, 1e-200, 1.0], method="lsoda")
+    ys = odeint(decay, Y0, [0.0, 1e-200, 1.0], method="adams")  # VODE takes it
+    np.testing.assert_allclose(ys[1:], [Y0, Y0 * np.exp(-1)], rtol=1e-6)
+
+
+@pytest.mark.parametrize("method", ["dopri5", "bosh3", "rkf23"])
+def test_a_component_held_at_zero_under_atol_zero_is_solved(method):
+    # 0 error over 0 weight counts as no error (it was nan: "step size underflow")
+    ys = odeint(decay, np.array([0.0, 1.0]), [0.0, 1.0], method=method, rtol=1e-8, atol=0.0)
+    np.testing.assert_allclose(ys[-1], [0.0, np.exp(-1)], rtol=1e-6)
+
+
+@pytest.mark.parametrize("method", [m for m in METHODS if m != "rk4"])
+def test_a_span_beyond_what_the_adaptive_methods_handle_is_refused(method):
+    # y' = -y / T over [0, T]: at T = 1e-150 VODE and LSODA returned y0 or 0 without an error
+    def fast(y, t, k):
+        return -k * y
+
+    for span in (1e-150, 1e150):
+        with pytest.raises(ValueError, match="rescale time"):
+            odeint(fast, Y0, [0.0, span], (1.0 / span,), method=method)
+    for span in (1e-100, 1e100):  # the limits themselves are solved
+        ys = odeint(fast, Y0, [0.0, span], (1.0 / span,), method=method)
+        np.testing.assert_allclose(ys[-1], Y0 * np.exp(-1), rtol=1e-6)
+    ys = odeint(fast, Y0, [0.0, 1e-150], (1e150,), method="rk4")  # fixed steps take any span
+    np.testing.assert_allclose(ys[-1], Y0 * (1 - 1 + 1 / 2 - 1 / 6 + 1 / 24))
 
 
 @pytest.mark.parametrize("method", METHODS)
@@ -270,6 +311,31 @@ def test_exceptions_from_func_in_the_backward_solve_propagate():
 
     with pytest.raises(KeyError, match="late"):
         grad(lambda k: anp.sum(odeint(f, Y0, [0.0, 1.0], (k,))))(0.5)
+
+
+@pytest.mark.parametrize("method", ["lsoda", "dopri5"])
+def test_a_complex_value_being_differentiated_is_refused(method):
+    def loss(c):
+        return anp.sum(odeint(lambda y, t, z: -anp.real(z) * y, Y0, [0.0, 1.0],
+                              (c * (1 + 1j),), method=method))
+
+    if method == "lsoda":  # the adjoint takes real float arrays (it gave the closure message)
+        with pytest.raises(ValueError, match="complex one as its real and imaginary parts"):
+            grad(loss)(0.5)
+    else:  # backprop through the solver's own operations handles it
+        np.testing.assert_allclose(grad(loss)(0.5), -np.sum(Y0) * np.exp(-0.5), rtol=1e-6)
+    ys = odeint(lambda y, t, z: -anp.real(z) * y, Y0, [0.0, 1.0], (np.array(1 + 1j),))
+    np.testing.assert_allclose(ys[-1], Y0 * np.exp(-1), rtol=1e-6)  # untraced: passed through
+
+
+def test_an_adjoint_tolerance_finer_than_the_times_resolve_is_refused():
+    # ulp(1e12) = 1.2e-4 of a span of 1: fine for rtol 1e-3, not for an adjoint at 1e-8
+    f = lambda y, t, k: -k * y  # noqa: E731
+    loss = lambda k, **kw: anp.sum(odeint(f, Y0, [1e12, 1e12 + 1.0], (k,), rtol=1e-3,  # noqa
+                                          atol=1e-3, **kw))
+    grad(loss)(0.5)
+    with pytest.raises(ValueError, match="coarser than the adjoint tolerance 1e-08"):
+        grad(lambda k: loss(k, adjoint_rtol=1e-8, adjoint_atol=1e-8))(0.5)
 
 
 def test_closing_over_a_traced_value_is_an_error_naming_args():

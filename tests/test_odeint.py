@@ -8,7 +8,7 @@ import pytest
 from autograd import grad, hessian, jacobian, make_hvp
 from scipy.linalg import expm
 
-from odeint_autograd import ADJOINT_METHODS, ODESolverError, SolverStats, odeint
+from odeint_autograd import ADJOINT_METHODS, Counts, ODESolverError, SolverStats, odeint
 
 TOL = dict(rtol=1e-10, atol=1e-10)
 A = np.array([[-0.1, 2.0], [-2.0, -0.1]])
@@ -466,11 +466,12 @@ def test_runge_kutta_pairs_have_their_order(method, order):
     from odeint_autograd.rk import TABLEAUX, embedded_rk
     errors = []
     for h in (0.1, 0.05):
-        ys, nfe, steps, _ = embedded_rk(method, lambda y, t: y, np.ones(1), np.array([0.0, h]),
-                                        1e6, 1e6, 10, first_step=h)
-        assert steps == 1
+        counts = Counts()
+        ys, _ = embedded_rk(method, lambda y, t: y, np.ones(1), np.array([0.0, h]), 1e6, 1e6, 10,
+                            counts, first_step=h)
+        assert counts.steps == 1
         # the stages, and f(y_new) only for a pair whose error estimate weighs it (FSAL)
-        assert nfe == len(TABLEAUX[method].b) + (TABLEAUX[method].e[-1] != 0)
+        assert counts.nfe == len(TABLEAUX[method].b) + (TABLEAUX[method].e[-1] != 0)
         errors.append(abs(ys[1, 0] - np.exp(h)))
     assert 2 ** (order + 1) * 0.8 < errors[0] / errors[1] < 2 ** (order + 1) * 1.2
     assert TABLEAUX[method].order == order  # the order the tableau states is the one measured

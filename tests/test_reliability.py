@@ -82,7 +82,8 @@ def test_methods_broken_on_scipy_1_17_are_refused_before_any_work(scipy_1_17, op
 def test_methods_broken_on_scipy_1_17_are_refused_on_every_path(scipy_1_17):
     """The check sits where every scipy solve starts (forward, backward, checkpoints)."""
     with pytest.raises(ODESolverError, match="refused"):
-        _scipy.solve(lambda y, t: -y, np.ones(2), np.array([0.0, 1.0]), "bdf", 1e-6, 1e-6, 100)
+        _scipy.solve(lambda y, t: -y, np.ones(2), np.array([0.0, 1.0]), "bdf", 1e-6, 1e-6, 100,
+                     odeint_autograd.Counts())
     ys = odeint(lambda y, t: -y, Y0, [0.0, 1.0], method="adams", adjoint_method="dopri5",
                 rtol=1e-9, atol=1e-9)  # what works on 1.17 still runs
     np.testing.assert_allclose(ys[-1], Y0 * np.exp(-1), rtol=1e-7)
@@ -112,6 +113,15 @@ def test_runge_kutta_pairs_handle_huge_derivatives(method):
     g = grad(lambda y0: 1e160 * anp.sum(odeint(lambda y, t: -0.5 * y, y0, [0.0, 1.0],
                                                adjoint_method=method)[-1]))(Y0)
     np.testing.assert_allclose(g, 1e160 * np.exp(-0.5), rtol=1e-6)
+
+
+@pytest.mark.parametrize("k", [1e10, 1e13])
+def test_bosh3_does_not_start_where_its_error_estimate_is_blind(k):
+    """bosh3's estimate on y' = -k y is z^3 (1 + z) / 48 (z = -h k), zero at h = 1 / k: the
+    first step of the usual cap on a fast decay, which it accepted 3.5 % wrong at any tolerance."""
+    t = np.array([0.0, 1.0, 2.0]) / k
+    ys = odeint(lambda y, t, k: -k * y, Y0, t, (k,), method="bosh3")
+    np.testing.assert_allclose(ys, np.exp(-k * t)[:, None] * Y0, rtol=1e-6)
 
 
 def test_rms_does_not_overflow():
@@ -243,6 +253,23 @@ def test_non_finite_adjoint_dynamics_are_an_adjoint_error(adjoint_method):
     with pytest.raises(ODESolverError, match="adjoint .backward. solve.*non-finite") as info:
         grad(loss)(Y0)
     assert info.value.solve == "adjoint" and info.value.t == 1.0
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_a_failed_solve_is_counted_in_the_stats(method):
+    stats = odeint_autograd.SolverStats()
+    with pytest.raises(ODESolverError):  # y' = y^2 from 1 blows up at t = 1
+        odeint(lambda y, t: y ** 2, np.array([1.0]), [0.0, 2.0], method=method, stats=stats,
+               **rk4_steps(method))
+    assert stats.forward.solves == 1 and stats.forward.nfe > 10 and stats.forward.steps > 2
+    if method in ADJOINT_METHODS:  # and a failed backward solve in the backward counts
+        stats = odeint_autograd.SolverStats()
+        loss, W = mlp_loss(method, adjoint_rtol=1e-300, adjoint_atol=1e-300, max_steps=50,
+                           stats=stats)
+        with pytest.raises(ODESolverError, match="adjoint"):
+            grad(loss)(W)
+        assert stats.forward.solves == 1 and stats.backward.solves == 1
+        assert stats.backward.nfe >= 1 and stats.backward.steps == 0  # refused at its start
 
 
 def test_a_failed_forward_solve_is_labelled_forward():
