@@ -82,7 +82,8 @@ def odeint(func, y0, t, args=(), *, rtol=None, atol=None, method="lsoda",
     checkpoints: an int k (k extra times evenly spaced between t[0] and t[-1]) or an array of
     times at which the forward states are stored, so that the backward solve restarts z from
     them (curbs the error of reconstructing z backwards, the paper's Section 6).
-    stats: a SolverStats that receives NFE and step counts (a failed solve's too).
+    stats: a SolverStats that receives NFE and step counts (a failed solve's too; where func
+    raised inside VODE/LSODA, the steps up to the last output time reached).
 
     A func may offer the backward solve a fused call (gpu_dynamics' primitives do):
     `func.value_and_vjp(g, y, t, *args) -> (f, g_y, g_t, g_args)`, f and the vector-Jacobian
@@ -244,7 +245,8 @@ def _check_t(t):
         raise ValueError(f"t must hold real numbers, not {value.dtype}")
     if not np.all(np.isfinite(value)):
         raise ValueError("t has non-finite entries (nan or inf)")
-    steps = np.diff(value.astype(float))
+    with np.errstate(over="ignore"):  # an overflowing difference is still a step
+        steps = np.diff(value.astype(float))
     if np.any(steps == 0):
         raise ValueError(f"t repeats a time ({float(value[1:][steps == 0][0])!r}); times must be "
                          "strictly monotonic")
@@ -255,7 +257,8 @@ def _check_t(t):
 
 def _ulps_apart(a, b):
     """|a - b| in units of the float64 spacing of the larger of |a| and |b|."""
-    return np.abs(a - b) / np.spacing(np.maximum(np.abs(a), np.abs(b)))
+    with np.errstate(over="ignore"):  # times of opposite signs near the float64 limit
+        return np.abs(a - b) / np.spacing(np.maximum(np.abs(a), np.abs(b)))
 
 
 def _min_ulps(method):
@@ -274,10 +277,15 @@ def _check_spacing(t, method):
                          "merge them or space them further")
 
 
+def _span(t):
+    """|t[-1] - t[0]| (inf, without a warning, where it overflows)."""
+    tv = getval(t)
+    return abs(float(tv[-1]) - float(tv[0]))
+
+
 def _check_span(t):
     """Refuse a span of t outside SPAN_RANGE (the adaptive solvers' arithmetic fails there)."""
-    tv = getval(t)
-    span = abs(float(tv[-1] - tv[0]))
+    span = _span(t)
     if not SPAN_RANGE[0] <= span <= SPAN_RANGE[1]:
         raise ValueError(f"t spans {span:.3g}, outside the {SPAN_RANGE[0]:g} to "
                          f"{SPAN_RANGE[1]:g} that the adaptive methods' step-size arithmetic "
@@ -289,8 +297,7 @@ def _check_resolution(t, rtol, atol, which):
     """Refuse times so large for their span that float64 cannot resolve a step to the tolerance
     (the solvers then print warnings and return wrong answers); `which` names the solve."""
     tv = getval(t)
-    ulp = float(np.spacing(np.max(np.abs(tv))))
-    span = abs(float(tv[-1] - tv[0]))
+    ulp, span = float(np.spacing(np.max(np.abs(tv)))), _span(t)
     tol = max(rtol if rtol > 0 else atol, 1e-14)  # below, the solvers' own error says it
     if ulp > tol * span:
         raise ValueError(f"t runs from {float(tv[0])!r} to {float(tv[-1])!r}: float64 resolves "

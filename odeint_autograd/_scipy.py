@@ -160,16 +160,27 @@ def _steps_taken(solver):
     return int(solver._integrator.iwork[10])
 
 
+def _internal(solver):
+    """The solver's last step size and internal time: RWORK(11) and (13) in both VODE and LSODA
+    (optional outputs, kept in the private `_integrator.rwork`). A success after a last step of
+    size 0 is none: LSODA returned y0 so at rates near 1e150."""
+    return float(solver._integrator.rwork[10]), float(solver._integrator.rwork[12])
+
+
 def _illegal_input(method, y0, t, rtol, atol):
     """Why VODE/LSODA refused their input (istate -3), once odeint's own checks have passed."""
     weight = rtol * np.abs(y0) + atol
-    if np.any(weight == 0):
-        i = int(np.argmax(weight == 0))
-        return (f"component {i} of y0 is zero and its atol is 0, so its error weight "
-                "rtol * |y| + atol is zero, which VODE/LSODA refuse: give atol > 0")
-    # measured on y0 = 1, atol = 0: VODE refuses rtol below eps, LSODA below 100 eps
-    most = 0.01 if method == "lsoda" else 1.0
-    if np.finfo(float).eps * np.max(np.abs(y0) / weight) > 0.5 * most:
+    vanishing = weight < np.finfo(float).tiny
+    if np.any(vanishing):
+        return (f"component {int(np.argmax(vanishing))} of the state is zero (or subnormal) at "
+                "the start and its atol is 0, so its error weight rtol * |y| + atol vanishes, "
+                "which VODE/LSODA refuse: give atol > 0 (adjoint_atol for the backward solve)")
+    # VODE's test (an RMS norm) and LSODA's (a max norm, 100 times stricter; measured on y0 = 1,
+    # atol = 0: VODE refuses rtol below eps, LSODA below 100 eps)
+    ratio = np.abs(y0) / weight
+    norm, most = ((np.max(ratio), 0.01) if method == "lsoda"
+                  else (np.sqrt(np.mean(ratio ** 2)), 1.0))
+    if np.finfo(float).eps * norm > 0.5 * most:
         return ("the tolerances ask for more accuracy than float64 holds for y0 (VODE/LSODA's "
                 "'too much accuracy requested'): loosen rtol and atol")
     return (f"the solver refused its input (istate -3; its printed message says why); with "
@@ -193,6 +204,7 @@ def solve(fun, y0, t, method, rtol, atol, max_steps, counts, jacobian=None):
         # scipy reports failures as warnings; they become exceptions below.
         warnings.filterwarnings("ignore", message="(vode|lsoda):")
         solver = _integrator(guarded, y0, t[0], method, rtol, atol, max_steps, jacobian)
+        steps = 0
         for i in range(1, len(t)):
             ys[i] = solver.integrate(t[i])
             if guarded.error is not None:
@@ -204,7 +216,18 @@ def solve(fun, y0, t, method, rtol, atol, max_steps, counts, jacobian=None):
                 failure = ODESolverError(reason.format(max_steps=max_steps), t=float(solver.t),
                                          method=method)
                 break
-        counts.steps += _steps_taken(solver)
+            if _internal(solver)[0] == 0:
+                failure = ODESolverError(
+                    f"{method} reported success at t = {float(t[i])!r} without stepping there "
+                    f"(its step size underflowed to 0): the interval from {float(t[i - 1])!r} "
+                    "is too short, or the dynamics' rates (|f| / |y|) too large, for its "
+                    "step-size arithmetic; rescale time, or try method='adams'",
+                    t=float(_internal(solver)[1]), method=method)
+                break
+            steps = _steps_taken(solver)
+        # after the dynamics raised, the solver stepped on through the zeros fed to it: only
+        # the steps to the last output time before are known to be real
+        counts.steps += steps if guarded.error is not None else _steps_taken(solver)
     guarded.check(method)
     if failure is not None:
         raise failure

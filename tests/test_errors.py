@@ -245,8 +245,11 @@ def test_impossible_accuracy_is_an_error(method):
 @pytest.mark.parametrize("method", ["lsoda", "adams", "bdf"])
 def test_why_vode_and_lsoda_refused_to_start_is_named(method):
     # istate -3 has several causes; each message named "atol = 0" before
-    with pytest.raises(ODESolverError, match="component 1 of y0 is zero and its atol is 0"):
-        odeint(decay, np.array([1.0, 0.0]), [0.0, 1.0], method=method, rtol=1e-6, atol=0.0)
+    with pytest.raises(ODESolverError, match=r"component 1 of the state is zero \(or subnormal"):
+        odeint(decay, np.array([1.0, 1e-310]), [0.0, 1.0], method=method, rtol=1e-6, atol=0.0)
+    with pytest.raises(ODESolverError, match="adjoint .backward. solve.*adjoint_atol"):
+        grad(lambda y0: odeint(decay, y0, [0.0, 1.0], method=method, rtol=1e-6,  # dL/dy0[1]
+                               atol=0.0)[-1, 0])(Y0)  # = 0: a component of the adjoint state
     tight = 1e-15 if method == "lsoda" else 1e-16  # LSODA refuses below 100 eps, VODE below eps
     with pytest.raises(ODESolverError, match="more accuracy than float64 holds"):
         odeint(decay, Y0, [0.0, 1.0], method=method, rtol=tight, atol=0.0)
@@ -254,7 +257,8 @@ def test_why_vode_and_lsoda_refused_to_start_is_named(method):
 
 
 def test_a_first_output_time_lsoda_cannot_reach_is_named():
-    with pytest.raises(ODESolverError, match=r"first output time.*t\[1\] - t\[0\] = 1e-200"):
+    with pytest.raises(ODESolverError, match=r"success at t = 1e-200 without stepping there.*"
+                                             "interval from 0.0 is too short"):
         odeint(decay, Y0, [0.0, 1e-200, 1.0], method="lsoda")
     ys = odeint(decay, Y0, [0.0, 1e-200, 1.0], method="adams")  # VODE takes it
     np.testing.assert_allclose(ys[1:], [Y0, Y0 * np.exp(-1)], rtol=1e-6)
@@ -265,6 +269,20 @@ def test_a_component_held_at_zero_under_atol_zero_is_solved(method):
     # 0 error over 0 weight counts as no error (it was nan: "step size underflow")
     ys = odeint(decay, np.array([0.0, 1.0]), [0.0, 1.0], method=method, rtol=1e-8, atol=0.0)
     np.testing.assert_allclose(ys[-1], [0.0, np.exp(-1)], rtol=1e-6)
+    # one that moves has no step that meets a zero weight: said so (was "step size underflow")
+    with pytest.raises(ODESolverError, match="component 0 of the state is zero at the start "
+                                             "and moves, and atol is 0"):
+        odeint(lambda y, t: np.ones(2), np.array([0.0, 1.0]), [0.0, 1.0], method=method,
+               rtol=1e-8, atol=0.0)
+
+
+def test_lsodas_success_without_a_step_is_an_error():
+    # rates near 1e150: LSODA returned y0 unchanged as a success, its step size 0
+    for y0, f in ((np.ones(1), lambda y, t: -1e150 * y), (np.zeros(1), lambda y, t: 1e150 * (1 - y))):
+        with pytest.raises(ODESolverError, match="success at t = 1.0 without stepping there"):
+            odeint(f, y0, [0.0, 1.0], method="lsoda")
+    np.testing.assert_allclose(odeint(lambda y, t: -1e100 * y, np.ones(1), [0.0, 1.0],
+                                      method="lsoda")[-1], 0.0, atol=1e-12)
 
 
 @pytest.mark.parametrize("method", [m for m in METHODS if m != "rk4"])
@@ -281,6 +299,16 @@ def test_a_span_beyond_what_the_adaptive_methods_handle_is_refused(method):
         np.testing.assert_allclose(ys[-1], Y0 * np.exp(-1), rtol=1e-6)
     ys = odeint(fast, Y0, [0.0, 1e-150], (1e150,), method="rk4")  # fixed steps take any span
     np.testing.assert_allclose(ys[-1], Y0 * (1 - 1 + 1 / 2 - 1 / 6 + 1 / 24))
+    with pytest.raises(ValueError, match="t spans inf"):  # without an overflow warning
+        odeint(fast, Y0, [-1e308, 1e308], (1.0,), method=method)
+
+
+@pytest.mark.parametrize("method", [m for m in METHODS if m != "rk4"])
+def test_slow_dynamics_over_a_long_span_far_from_zero_are_solved(method):
+    # Hairer's fallback starting step (1e-6, for time of order 1) is taken relative to the
+    # span: at t = 1e14 it lay below float64's resolution ("step size underflow")
+    ys = odeint(lambda y, t: -1e-14 * y, Y0, [1e14, 2e14], method=method)
+    np.testing.assert_allclose(ys[-1], Y0 * np.exp(-1), rtol=1e-6)
 
 
 @pytest.mark.parametrize("method", METHODS)

@@ -115,13 +115,24 @@ def test_runge_kutta_pairs_handle_huge_derivatives(method):
     np.testing.assert_allclose(g, 1e160 * np.exp(-0.5), rtol=1e-6)
 
 
-@pytest.mark.parametrize("k", [1e10, 1e13])
-def test_bosh3_does_not_start_where_its_error_estimate_is_blind(k):
-    """bosh3's estimate on y' = -k y is z^3 (1 + z) / 48 (z = -h k), zero at h = 1 / k: the
-    first step of the usual cap on a fast decay, which it accepted 3.5 % wrong at any tolerance."""
-    t = np.array([0.0, 1.0, 2.0]) / k
-    ys = odeint(lambda y, t, k: -k * y, Y0, t, (k,), method="bosh3")
-    np.testing.assert_allclose(ys, np.exp(-k * t)[:, None] * Y0, rtol=1e-6)
+@pytest.mark.parametrize("y0, k, t", [
+    (1.0, [1e10], [0.0, 1e-10, 2e-10]),  # Hairer's starting step: |y| / |f| = 1 / k
+    (0.0, [1e10], [0.0, 1e-10]),  # y0 = 0: the fallback step, cut to one time constant
+    (1.0, [1e10, 0.0, 0.0, 0.0], [0.0, 1e-10]),  # a start of RMS norms, z = -sqrt(4) / 2
+    (1.0, [1e10] + [0.0] * 15, [0.0, 5e-10]),
+])
+def test_bosh3_does_not_start_where_its_error_estimate_is_blind(y0, k, t):
+    """bosh3's estimate on y' = -k y is z^3 (1 + z) / 48 (z = -h k), zero at h = 1 / k, where
+    a first step from its heuristics lands on such decays: accepted 3.5 % wrong at any
+    tolerance (and its gradient 36 % wrong)."""
+    k, t, target = np.array(k), np.array(t), 1.0 - y0  # from 1 decays to 0, from 0 rises to 1
+    f = lambda y, t, c: c * k * (target - y)  # noqa: E731
+    exact = target + (y0 - target) * np.exp(-np.outer(t, k))
+    ys = odeint(f, np.full(len(k), y0), t, (1.0,), method="bosh3")
+    np.testing.assert_allclose(ys, exact, rtol=1e-6, atol=1e-6)  # 3.5-9.4 % off before
+    g = grad(lambda c: odeint(f, np.full(len(k), y0), t, (c,), method="bosh3")[-1, 0])(1.0)
+    np.testing.assert_allclose(g, (target - y0) * k[0] * t[-1] * np.exp(-k[0] * t[-1]),
+                               rtol=1e-5)
 
 
 def test_rms_does_not_overflow():
@@ -259,8 +270,9 @@ def test_non_finite_adjoint_dynamics_are_an_adjoint_error(adjoint_method):
 def test_a_failed_solve_is_counted_in_the_stats(method):
     stats = odeint_autograd.SolverStats()
     with pytest.raises(ODESolverError):  # y' = y^2 from 1 blows up at t = 1
-        odeint(lambda y, t: y ** 2, np.array([1.0]), [0.0, 2.0], method=method, stats=stats,
-               **rk4_steps(method))
+        odeint(lambda y, t: y ** 2, np.array([1.0]), [0.0, 0.9, 2.0], method=method,
+               stats=stats, **rk4_steps(method))
+    # VODE/LSODA's steps are known up to the last output time reached (0.9)
     assert stats.forward.solves == 1 and stats.forward.nfe > 10 and stats.forward.steps > 2
     if method in ADJOINT_METHODS:  # and a failed backward solve in the backward counts
         stats = odeint_autograd.SolverStats()
@@ -270,6 +282,20 @@ def test_a_failed_solve_is_counted_in_the_stats(method):
             grad(loss)(W)
         assert stats.forward.solves == 1 and stats.backward.solves == 1
         assert stats.backward.nfe >= 1 and stats.backward.steps == 0  # refused at its start
+
+
+@pytest.mark.parametrize("method", ADJOINT_METHODS)
+def test_steps_after_the_dynamics_raised_are_not_counted(method):
+    # VODE/LSODA step on through the zeros fed to them after the dynamics raised
+    def f(y, t):
+        if t > 0.3:
+            raise KeyError("late")
+        return -y
+
+    stats = odeint_autograd.SolverStats()
+    with pytest.raises(KeyError):
+        odeint(f, Y0, [0.0, 1.0], method=method, stats=stats)
+    assert stats.forward.nfe > 5 and stats.forward.steps == 0
 
 
 def test_a_failed_forward_solve_is_labelled_forward():
