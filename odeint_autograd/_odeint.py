@@ -148,7 +148,8 @@ def odeint(func, y0, t, args=(), *, rtol=None, atol=None, method="lsoda",
     adjoint_rtol = rtol if adjoint_rtol is None else adjoint_rtol
     adjoint_atol = atol if adjoint_atol is None else adjoint_atol
     _check_tolerances(adjoint_rtol, adjoint_atol, "adjoint_rtol", "adjoint_atol")
-    _check_resolution(t, adjoint_rtol, adjoint_atol, "adjoint ")
+    if isbox(y0) or isbox(t) or any(isbox(leaf) for leaf in _flatten(args)[0]):  # a gradient
+        _check_resolution(t, adjoint_rtol, adjoint_atol, "adjoint ")
     for name in {method, adjoint_method}:
         refuse_broken(name)
     backward = Options(adjoint_method, adjoint_rtol, adjoint_atol, max_steps, jacobian,

@@ -162,8 +162,9 @@ def _steps_taken(solver):
 
 def _internal(solver):
     """The solver's last step size and internal time: RWORK(11) and (13) in both VODE and LSODA
-    (optional outputs, kept in the private `_integrator.rwork`). A success after a last step of
-    size 0 is none: LSODA returned y0 so at rates near 1e150."""
+    (optional outputs, kept in the private `_integrator.rwork`). A success is one only if the
+    solver stepped past the output time (it interpolates there): LSODA returned y0 after a step
+    of size 0 at rates near 1e150, VODE an extrapolation far beyond its last step."""
     return float(solver._integrator.rwork[10]), float(solver._integrator.rwork[12])
 
 
@@ -174,7 +175,8 @@ def _illegal_input(method, y0, t, rtol, atol):
     if np.any(vanishing):
         return (f"component {int(np.argmax(vanishing))} of the state is zero (or subnormal) at "
                 "the start and its atol is 0, so its error weight rtol * |y| + atol vanishes, "
-                "which VODE/LSODA refuse: give atol > 0 (adjoint_atol for the backward solve)")
+                "which VODE/LSODA refuse: give atol > 0 (adjoint_atol for a backward solve, whose "
+                "state is [z, a, a_args, a_t])")
     # VODE's test (an RMS norm) and LSODA's (a max norm, 100 times stricter; measured on y0 = 1,
     # atol = 0: VODE refuses rtol below eps, LSODA below 100 eps)
     ratio = np.abs(y0) / weight
@@ -216,13 +218,14 @@ def solve(fun, y0, t, method, rtol, atol, max_steps, counts, jacobian=None):
                 failure = ODESolverError(reason.format(max_steps=max_steps), t=float(solver.t),
                                          method=method)
                 break
-            if _internal(solver)[0] == 0:
+            last_step, now = _internal(solver)
+            if last_step == 0 or (now - t[i]) * (t[-1] - t[0]) < 0:
                 failure = ODESolverError(
                     f"{method} reported success at t = {float(t[i])!r} without stepping there "
-                    f"(its step size underflowed to 0): the interval from {float(t[i - 1])!r} "
-                    "is too short, or the dynamics' rates (|f| / |y|) too large, for its "
-                    "step-size arithmetic; rescale time, or try method='adams'",
-                    t=float(_internal(solver)[1]), method=method)
+                    f"(its internal time reached {now!r}, its last step {last_step!r}): the "
+                    f"interval from {float(t[i - 1])!r} is too short for its step-size "
+                    "arithmetic (merge the two times), or the dynamics' rates (|f| / |y|) too "
+                    "large (rescale time)", t=now, method=method)
                 break
             steps = _steps_taken(solver)
         # after the dynamics raised, the solver stepped on through the zeros fed to it: only

@@ -256,12 +256,19 @@ def test_why_vode_and_lsoda_refused_to_start_is_named(method):
     odeint(decay, np.array([1.0, 0.0]), [0.0, 1.0], method=method, rtol=1e-6, atol=1e-12)
 
 
-def test_a_first_output_time_lsoda_cannot_reach_is_named():
+@pytest.mark.parametrize("method", ["lsoda", "adams", "bdf"])
+def test_a_success_at_an_output_time_never_stepped_to_is_an_error(method):
+    # VODE extrapolated y(1e-162) = -9 (exact 4.5e-5) from its one step of 2e-176, and LSODA
+    # returned y0 after a step of size 0, both as successes
+    fast = lambda y, t: -y * (1e163 if t < 1e-160 else 1.0)  # noqa: E731
+    with pytest.raises(ODESolverError) as info:  # BDF finds its dynamics overflow first
+        odeint(fast, np.ones(1), [0.0, 1e-162, 1.0], method=method, rtol=1e-6, atol=1e-9)
+    assert method == "bdf" or "success at t = 1e-162 without stepping there" in str(info.value)
     with pytest.raises(ODESolverError, match=r"success at t = 1e-200 without stepping there.*"
                                              "interval from 0.0 is too short"):
-        odeint(decay, Y0, [0.0, 1e-200, 1.0], method="lsoda")
-    ys = odeint(decay, Y0, [0.0, 1e-200, 1.0], method="adams")  # VODE takes it
-    np.testing.assert_allclose(ys[1:], [Y0, Y0 * np.exp(-1)], rtol=1e-6)
+        odeint(decay, Y0, [0.0, 1e-200, 1.0], method=method)
+    ys = odeint(decay, Y0, [0.0, 1e-12, 1.0], method=method)  # a short interval is stepped
+    np.testing.assert_allclose(ys[1:], [Y0 * np.exp(-1e-12), Y0 * np.exp(-1)], rtol=1e-6)
 
 
 @pytest.mark.parametrize("method", ["dopri5", "bosh3", "rkf23"])
@@ -278,7 +285,8 @@ def test_a_component_held_at_zero_under_atol_zero_is_solved(method):
 
 def test_lsodas_success_without_a_step_is_an_error():
     # rates near 1e150: LSODA returned y0 unchanged as a success, its step size 0
-    for y0, f in ((np.ones(1), lambda y, t: -1e150 * y), (np.zeros(1), lambda y, t: 1e150 * (1 - y))):
+    for y0, f in ((np.ones(1), lambda y, t: -1e150 * y),
+                  (np.zeros(1), lambda y, t: 1e150 * (1 - y))):
         with pytest.raises(ODESolverError, match="success at t = 1.0 without stepping there"):
             odeint(f, y0, [0.0, 1.0], method="lsoda")
     np.testing.assert_allclose(odeint(lambda y, t: -1e100 * y, np.ones(1), [0.0, 1.0],
@@ -364,6 +372,7 @@ def test_an_adjoint_tolerance_finer_than_the_times_resolve_is_refused():
     grad(loss)(0.5)
     with pytest.raises(ValueError, match="coarser than the adjoint tolerance 1e-08"):
         grad(lambda k: loss(k, adjoint_rtol=1e-8, adjoint_atol=1e-8))(0.5)
+    loss(0.5, adjoint_rtol=1e-8, adjoint_atol=1e-8)  # no gradient: no adjoint solve to refuse
 
 
 def test_closing_over_a_traced_value_is_an_error_naming_args():
