@@ -133,10 +133,10 @@ def tf_primitive(fn=None, *, dtype=tf.float32, jit_compile=False, device=None, p
     Use as `@tf_primitive` or `@tf_primitive(dtype=tf.float64, jit_compile=True)`. The result,
     `wrapped(*arrays)` (each argument one array or number; a list or tuple is refused, as it
     would be one tensor with one gradient), returns fn's value as a float64 array; autograd
-    differentiates it with respect to every float argument by TensorFlow's GradientTape. For the adjoint it also has
-    `value_and_vjp(g, y, t, *args) -> (f, g_y, g_t, g_args)` (the protocol odeint's backward
-    solve uses: one call per evaluation) and `value_and_grads(g, *arrays) -> (value, grads)` for
-    any signature.
+    differentiates it with respect to every float argument by TensorFlow's GradientTape. For the
+    adjoint it also has `value_and_vjp(g, y, t, *args) -> (f, g_y, g_t, g_args)` (the protocol
+    odeint's backward solve uses: one call per evaluation) and `value_and_grads(g, *arrays) ->
+    (value, grads)` for any signature.
 
     dtype: the float type inside TensorFlow (float32, or float64 for exact comparisons).
     jit_compile: compile with XLA. device: 'cpu', 'gpu', '/GPU:1'... (None: `default_device()`).

@@ -26,7 +26,7 @@ import numpy as np
 import scipy
 from scipy.integrate import ode
 
-from .errors import ODESolverError, all_finite
+from .errors import GIVE_ATOL, ODESolverError, all_finite
 
 # States above this size get a diagonal finite-difference Jacobian in the stiff methods instead of
 # a dense one: LSODA and BDF would otherwise allocate n x n doubles (1.3 TB at n = 400,000).
@@ -107,20 +107,18 @@ class _Guarded:
     """The dynamics as the compiled solver sees them: counted, checked, never raising."""
 
     def __init__(self, fun, size, counts):
-        self.fun, self.zeros, self.counts = fun, np.zeros(size), counts
-        self.nfe, self.error = 0, None
+        self.fun, self.zeros, self.counts, self.error = fun, np.zeros(size), counts, None
 
     def __call__(self, y, t):
         if self.error is not None:
             return self.zeros
-        self.nfe += 1
         self.counts.nfe += 1
         try:
             f = self.fun(y, t)
             if not all_finite(f):
                 raise ODESolverError(f"the dynamics returned non-finite values (evaluation "
-                                     f"{self.nfe}); the solution may blow up before this time",
-                                     t=float(t))
+                                     f"{self.counts.nfe}); the solution may blow up before this "
+                                     "time", t=float(t))
             return f
         except BaseException as e:  # noqa: BLE001 -- re-raised by `check` after the solve
             self.error = e
@@ -175,8 +173,7 @@ def _illegal_input(method, y0, t, rtol, atol):
     if np.any(vanishing):
         return (f"component {int(np.argmax(vanishing))} of the state is zero (or subnormal) at "
                 "the start and its atol is 0, so its error weight rtol * |y| + atol vanishes, "
-                "which VODE/LSODA refuse: give atol > 0 (adjoint_atol for a backward solve, whose "
-                "state is [z, a, a_args, a_t])")
+                f"which VODE/LSODA refuse: {GIVE_ATOL}")
     # VODE's test (an RMS norm) and LSODA's (a max norm, 100 times stricter; measured on y0 = 1,
     # atol = 0: VODE refuses rtol below eps, LSODA below 100 eps)
     ratio = np.abs(y0) / weight
@@ -214,9 +211,9 @@ def solve(fun, y0, t, method, rtol, atol, max_steps, counts, jacobian=None):
             if not solver.successful():
                 code = solver.get_return_code()
                 reason = (_illegal_input(method, y0, t, rtol, atol) if code == -3 else
-                          _ISTATE_MESSAGES.get(code, f"the solver returned istate = {code}"))
-                failure = ODESolverError(reason.format(max_steps=max_steps), t=float(solver.t),
-                                         method=method)
+                          _ISTATE_MESSAGES.get(code, f"the solver returned istate = {code}")
+                          .format(max_steps=max_steps))
+                failure = ODESolverError(reason, t=float(solver.t), method=method)
                 break
             last_step, now = _internal(solver)
             if last_step == 0 or (now - t[i]) * (t[-1] - t[0]) < 0:

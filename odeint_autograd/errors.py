@@ -5,6 +5,9 @@ from contextlib import contextmanager
 
 import numpy as np
 
+# the fix for an error weight rtol * |y| + atol of zero, in the forward solve or a backward one
+GIVE_ATOL = "give atol > 0 (adjoint_atol for a backward solve, whose state is [z, a, a_args, a_t])"
+
 
 class ODESolverError(RuntimeError):
     """A solve failed. `t` is the time the solver reached (None when it did not start),

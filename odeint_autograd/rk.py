@@ -11,7 +11,7 @@ import autograd.numpy as anp
 import numpy as np
 from autograd.tracer import getval, isbox
 
-from .errors import ODESolverError, all_finite
+from .errors import GIVE_ATOL, ODESolverError, all_finite
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,9 +155,7 @@ def _initial_step(f, y0, f0, t0, direction, span, rtol, atol, error_order):
     if np.any(moving):
         raise ODESolverError(f"component {int(np.argmax(moving))} of the state is zero at the "
                              "start and moves, and atol is 0: its error weight rtol * |y| + atol "
-                             "is zero, so no step can meet the tolerance; give atol > 0 "
-                             "(adjoint_atol for a backward solve, whose state is [z, a, a_args, "
-                             "a_t])",
+                             f"is zero, so no step can meet the tolerance: {GIVE_ATOL}",
                              t=float(getval(t0)), method=f.method)
     d0, d1 = _rms(_scaled(y0v, scale)), _rms(_scaled(f0v, scale))
     h0 = 1e-6 * span if d0 < 1e-5 or d1 < 1e-5 else 0.01 * d0 / d1
