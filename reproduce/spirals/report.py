@@ -63,11 +63,15 @@ def table2(record, compact=False):
             return clean + ("*" if entry.get("unfinished_seeds") else "")
         return f"{clean} ({fmt(entry['rmse_noisy'])}){unfinished_note(entry)}"
 
-    rows = [[model] + [cell(by_n[n]) for n in ns] for model, by_n in res.items()]
+    def seeds(by_n):  # how many seeds each mean averages (none for a deterministic baseline)
+        counts = {len(e["seeds"]) for e in by_n.values() if "seeds" in e}
+        return "/".join(map(str, sorted(counts))) or "–"
+
+    rows = [[model, seeds(by_n)] + [cell(by_n[n]) for n in ns] for model, by_n in res.items()]
     for model, key in (("RNN (published; compare RNN + dt)", "rnn"),
                        ("Latent ODE (published)", "latent_ode")):
-        rows.append([model] + [f"{published.TABLE2[key][int(n)]:.4f}" for n in ns])
-    return table(["model"] + [f"{n}/100 observations" for n in ns], rows)
+        rows.append([model, "–"] + [f"{published.TABLE2[key][int(n)]:.4f}" for n in ns])
+    return table(["model", "seeds"] + [f"{n}/100 observations" for n in ns], rows)
 
 
 def map_convergence(record):
@@ -239,10 +243,13 @@ def inference_gap(record):
     rows = [[start] + [f"{fmt(by_n[n][start]['rmse_clean'])} "
                        f"({fmt(by_n[n][start]['rmse_clean_window'])})" for n in ns]
             for start in by_n[ns[0]]]
-    models = ", ".join(f"{m['unit']} (best step {m['best_step']} of {m['iterations']})"
-                       for m in gap["results"]["models"].values())
+    models = "; ".join(f"n = {n}: " + ", ".join(str(m["best_step"]) for m in units)
+                       + f" of {units[0]['iterations']}"
+                       for n, units in gap["results"]["models"].items())
+    seeds = len(next(iter(gap["results"]["models"].values())))
     return (f"Where the latent ODE's extrapolation error comes from (`{gap['command']}`, "
-            f"{gap.get('date', '?')}; {models}): its noise-free test RMSE over the extrapolation "
+            f"{gap.get('date', '?')}; the mean over the Latent ODE's {seeds} seeds, their best "
+            f"steps {models}): its noise-free test RMSE over the extrapolation "
             "(inside the window in brackets) with z0 from the recognition network (Table 2's), "
             "and with z0 fitted to each test spiral's points under the trained dynamics and "
             "decoder: its own noisy observations (the closest fit to what the network reads; "
