@@ -203,3 +203,18 @@ def test_the_executor_benchmark_runs_in_smoke_mode(tmp_path):
     assert all(t > 0 for t in record["wall_s"].values())
     assert record["speedup_over_local"]["local"] == 1.0
     assert "--executor ray" in record["commands"]["ray"] and record["machine"]["cpus"]
+
+
+def test_the_cluster_guide_counts_the_units_of_the_full_protocols():
+    import importlib
+
+    from reproduce.__main__ import EXPERIMENTS
+    counts = {}
+    for name, (package, *_) in EXPERIMENTS.items():
+        experiment = importlib.import_module(package + ".experiment")
+        counts[name] = len(experiment.units(experiment.make_run(["--full"])))
+    guide = open(os.path.join(os.path.dirname(__file__), "..", "docs", "cluster.md")).read()
+    head = " ".join(guide.split("\n\n")[1].split())
+    assert f"are {sum(counts.values())} independent units" in head
+    assert f"{counts['mnist']} MNIST models" in head and f"{counts['spirals']} spiral units" in head
+    assert f"{counts['cnf']} CNF and planar-flow models" in head and counts["poisson"] == 1
