@@ -2,6 +2,7 @@
 numbers of one local run, and a unit killed with its worker is retried from its checkpoint."""
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -218,3 +219,5 @@ def test_the_cluster_guide_counts_the_units_of_the_full_protocols():
     assert f"are {sum(counts.values())} independent units" in head
     assert f"{counts['mnist']} MNIST models" in head and f"{counts['spirals']} spiral units" in head
     assert f"{counts['cnf']} CNF and planar-flow models" in head and counts["poisson"] == 1
+    table = dict(re.findall(r"^\| (\w+) \| (\d+)\b", guide, re.M))
+    assert table == {name: str(count) for name, count in counts.items()}
