@@ -399,6 +399,37 @@ def test_last_observation_baseline_against_a_hand_computation():
                                [[11.0, -5.0], [15.0, -7.0]])
 
 
+def test_rmse_against_a_hand_computation_and_its_refusals():
+    assert SM.rmse([[1.0, 2.0], [3.0, 4.0]], np.zeros((2, 2))) == np.sqrt(30 / 4)
+    with pytest.raises(ValueError, match="one non-empty shape"):
+        SM.rmse(np.zeros((3, 100, 2)), np.ones((100, 2)))  # would broadcast to 1.0
+    with pytest.raises(ValueError, match="one non-empty shape"):
+        SM.rmse(np.zeros((0, 2)), np.zeros((0, 2)))
+    with pytest.raises(ValueError, match="non-finite"):
+        SM.rmse(np.zeros(2), [0.0, np.nan])
+    assert SM.rmse([0.0, np.nan], np.zeros(2)) == np.inf  # a diverged model scores worst
+    data = SD.make_dataset(100)
+    late = data["train"][data["start"][data["train"]] > 800][:2]  # running past the arm's end
+    with pytest.raises(ValueError, match="non-finite"):
+        SM.score_predictions(np.zeros((2, 100, 2)), data, late)
+
+
+def test_extrapolation_coverage_against_a_hand_count():
+    """Two test series per direction (extrapolation points: start + 100..199) and one training
+    window (start + 0..99) per direction, counted by hand."""
+    data = {"direction": np.array([1, 1, 1, -1, -1, -1]),
+            "start": np.array([0, 800, 150, 700, 10, 150]),
+            "test": np.array([0, 1, 3, 4]), "train": np.array([2, 5])}
+    cover = SD.extrapolation_coverage(data)
+    # counter-clockwise: the window 150..249 covers 150..199 of series 0's 100..199 and none of
+    # series 1's 900..999, which are the arm's last 100 points
+    assert cover["counter-clockwise"] == {"covered": 50 / 200, "arm end": 100 / 200}
+    # clockwise: 150..249 covers 150..209 of series 4's 110..209, none of series 3's 800..899
+    assert cover["clockwise"] == {"covered": 60 / 200, "arm end": 0.0}
+    full = SD.extrapolation_coverage(SD.make_dataset(1000))
+    assert all(c["covered"] == 1.0 and 0.03 < c["arm end"] < 0.1 for c in full.values())
+
+
 def test_rmse_by_horizon_scores_each_stretch_of_the_extrapolation_on_its_own():
     rng = np.random.RandomState(3)
     target = rng.randn(5, 100, 2)

@@ -26,8 +26,9 @@ def generate_spirals(rng, roles, noise_std=SPIRAL["noise_std"], window=SPIRAL["w
 
     A validation or test spiral is window + extrap points of its arm (start index 0..n_dense -
     window - extrap); a training spiral only needs its observation window, and its start index
-    ranges over 0..n_dense - window, so that the training windows cover the whole arm, the part
-    where the test series are extrapolated included; its extrapolation part is NaN (never used).
+    ranges over 0..n_dense - window, so that the training windows can cover the whole arm, the
+    part where the test series are extrapolated included; its points past the arm's end are NaN
+    (they lie in its extrapolation part, which is never used).
     Returns dict t (L,), clean and noisy (S, L, 2), direction (S,) with +1 for counter-clockwise
     and -1 for clockwise, start (S,) index on the dense arm, role (S,)."""
     roles = np.asarray(roles)
@@ -89,3 +90,21 @@ def observed(data, n, rows):
     """The noisy observations (B, n, 2) and their times (B, n) of the given spirals."""
     idx = data["obs_idx"][n][rows]
     return data["noisy"][rows[:, None], idx], data["t"][idx]
+
+
+def extrapolation_coverage(data, window=SPIRAL["window"], n_dense=SPIRAL["n_dense"]):
+    """Per direction ("counter-clockwise", "clockwise"): the share of the test series'
+    extrapolation points that lie inside some training series' observation window ("covered"),
+    and the share that lie on the arm's last `window` points ("arm end"), where no training
+    window would reach if training series started where test series may."""
+    out = {}
+    for name, d in (("counter-clockwise", 1), ("clockwise", -1)):
+        mine = data["direction"] == d
+        seen = np.zeros(n_dense, dtype=bool)
+        for start in data["start"][data["train"][mine[data["train"]]]]:
+            seen[start:start + window] = True
+        test = data["start"][data["test"][mine[data["test"]]]]
+        points = (test[:, None] + np.arange(window, window + SPIRAL["extrap"])).ravel()
+        out[name] = {"covered": float(seen[points].mean()),
+                     "arm end": float((points >= n_dense - window).mean())}
+    return out

@@ -281,6 +281,17 @@ def rnn_objective(xs, times, with_dt):
 
 
 def rmse(pred, target):
+    """Root of the mean squared difference over every entry of two arrays of the same shape;
+    inf where a prediction is not finite (a diverged model scores worst, never NaN)."""
+    pred, target = np.asarray(pred, dtype=float), np.asarray(target, dtype=float)
+    if pred.shape != target.shape or pred.size == 0:
+        raise ValueError(f"rmse needs predictions and targets of one non-empty shape, not "
+                         f"{pred.shape} and {target.shape}")
+    if not np.isfinite(target).all():
+        raise ValueError("rmse: the targets hold non-finite values (a training series' "
+                         "extrapolation part, which is never observed?)")
+    if not np.isfinite(pred).all():
+        return float("inf")
     return float(np.sqrt(np.mean((pred - target) ** 2)))
 
 
