@@ -54,11 +54,14 @@ def odeint(func, y0, t, args=(), *, rtol=None, atol=None, method="lsoda",
            stats=None):
     """Solve dy/dt = func(y, t, *args) from y(t[0]) = y0; differentiable with autograd.
 
-    func(y, t, *args) returns dy/dt, real, with y's shape. y0 has any shape; t is 1-D, at least
-    two strictly increasing or strictly decreasing times. Returns an array (len(t),) + y0.shape
-    whose first row is y0. Gradients (any order) flow to y0, every entry of t and every float
-    array in `args` (a tuple; its entries may be arrays, scalars or nested lists/tuples/dicts of
-    them). Values that func needs gradients for must come through `args`, not a closure.
+    func(y, t, *args) returns dy/dt, real, with y's shape, and must be smooth in y and t: on a
+    discontinuous one (a relay switching at a threshold) the solvers fail, or VODE's BDF returns
+    a wrong solution without an error (measured): split the solve where func jumps. y0 has any
+    shape; t is 1-D, at least two strictly increasing or strictly decreasing times. Returns an
+    array (len(t),) + y0.shape whose first row is y0. Gradients (any order) flow to y0, every
+    entry of t and every float array in `args` (a tuple; its entries may be arrays, scalars or
+    nested lists/tuples/dicts/namedtuples of them). Values that func needs gradients for must
+    come through `args`, not a closure.
 
     method: 'lsoda' (switches to BDF when stiff), 'adams' (VODE's implicit Adams without a
     Jacobian: the one for large states) or 'bdf' (VODE's BDF, for stiff problems), with gradients
@@ -91,8 +94,12 @@ def odeint(func, y0, t, args=(), *, rtol=None, atol=None, method="lsoda",
     autograd traces func.
 
     Raises ValueError for bad arguments, and ODESolverError when a solve fails (saying whether the
-    forward or an adjoint solve, and the time reached) or when the installed scipy is known to
-    return wrong answers with the method; an exception raised by func propagates unchanged.
+    forward or an adjoint solve, and the time reached; quoting what VODE/LSODA printed, which
+    odeint keeps off stdout), when z solved backwards strays more than
+    adjoint.RECONSTRUCTION_LIMIT error weights from the forward solution at an output or
+    checkpoint time (the gradient would be wrong: pass checkpoints), or when the installed scipy
+    is known to return wrong answers with the method; an exception raised by func propagates
+    unchanged.
     """
     if not callable(func):
         raise ValueError(f"func must be callable, not {type(func).__name__}")
@@ -148,7 +155,8 @@ def odeint(func, y0, t, args=(), *, rtol=None, atol=None, method="lsoda",
     adjoint_rtol = rtol if adjoint_rtol is None else adjoint_rtol
     adjoint_atol = atol if adjoint_atol is None else adjoint_atol
     _check_tolerances(adjoint_rtol, adjoint_atol, "adjoint_rtol", "adjoint_atol")
-    if isbox(y0) or isbox(t) or any(isbox(leaf) for leaf in _flatten(args)[0]):  # a gradient
+    leaves, rebuild = _flatten(args)
+    if isbox(y0) or isbox(t) or any(isbox(leaf) for leaf in leaves):  # a gradient
         _check_resolution(t, adjoint_rtol, adjoint_atol, "adjoint ")
     for name in {method, adjoint_method}:
         refuse_broken(name)
@@ -156,9 +164,9 @@ def odeint(func, y0, t, args=(), *, rtol=None, atol=None, method="lsoda",
                        seminorm=bool(adjoint_seminorm))
     opts = Options(method, rtol, atol, max_steps, jacobian, backward=backward)
     if checkpoints is None:
-        return _solve_adjoint(func, y0, t, args, opts, stats)
+        return _solve_adjoint(func, y0, t, leaves, rebuild, opts, stats)
     t_all, rows = _with_checkpoints(t, checkpoints, max(map(_min_ulps, (method, adjoint_method))))
-    return _solve_adjoint(func, y0, t_all, args, opts, stats)[rows]
+    return _solve_adjoint(func, y0, t_all, leaves, rebuild, opts, stats)[rows]
 
 
 def _solve_direct(func, y0, t, args, method, rtol, atol, max_steps, step_size, stats):
@@ -172,10 +180,10 @@ def _solve_direct(func, y0, t, args, method, rtol, atol, max_steps, step_size, s
         return rk.embedded_rk(method, fun, y0, t, rtol, atol, max_steps, counts)[0]
 
 
-def _solve_adjoint(func, y0, t, args, opts, stats):
-    """The adjoint primitive sees args as a flat list of float arrays (its differentiable
-    inputs); everything else in args (ints, strings, ...) stays inside the wrapped func."""
-    leaves, rebuild = _flatten(args)
+def _solve_adjoint(func, y0, t, leaves, rebuild, opts, stats):
+    """The adjoint primitive sees args (flattened by _flatten into leaves and rebuild) as a
+    flat list of float arrays (its differentiable inputs); everything else in args (ints,
+    strings, ...) stays inside the wrapped func."""
     floats = [i for i, leaf in enumerate(leaves) if _is_float(leaf)]
     for leaf in leaves:
         if isbox(leaf) and not _is_float(leaf):
@@ -366,7 +374,11 @@ def _flatten(tree):
     function that rebuilds the same nesting around new leaves."""
     if isinstance(tree, (list, tuple)) or isinstance(tree, SequenceBox):
         parts = [_flatten(tree[i]) for i in range(len(tree))]
-        kind = list if isinstance(getval(tree), list) else tuple
+        value = getval(tree)
+        if hasattr(value, "_fields"):  # a namedtuple: rebuilt as one, so func sees its fields
+            kind = lambda values: type(value)(*values)  # noqa: E731
+        else:
+            kind = list if isinstance(value, list) else tuple
     elif isinstance(getval(tree), dict):
         keys = list(getval(tree).keys())
         parts = [_flatten(tree[k]) for k in keys]

@@ -16,8 +16,14 @@ solver did. Four properties of scipy's solvers shape this file:
   dynamics, is a separate library), while scipy solves.
 - scipy 1.17 replaced the Fortran VODE and LSODA with a C translation that returns wrong answers
   for some methods (docs/scipy_version.md); `refuse_broken` keeps them from running.
+- VODE and LSODA print their messages (warnings on successful solves too) straight to file
+  descriptor 1, past sys.stdout and the warnings filter. `_solver_messages` catches that text
+  during a solve: a failure's error quotes it, a success drops it.
 """
+import os
 import re
+import sys
+import tempfile
 import threading
 import warnings
 from contextlib import contextmanager
@@ -103,6 +109,111 @@ def _exclusive(method):
             _owner = None
 
 
+_catch = {}  # this process's file for _solver_messages, by process id (a fork gets its own)
+_flushes = []  # the FLUSH of each libgfortran in this process, found once
+_redirected = []  # while _solver_messages holds descriptor 1: the saved original
+# a line of VODE/LSODA's messages: "<ROUTINE>--  text", then lines indented by 6 or more spaces
+_MESSAGE_HEAD, _MESSAGE_MORE = re.compile(r" ?[A-Za-z]+--"), re.compile(r" {6}")
+
+
+def _flush_fortran():
+    """Flush the output units of every libgfortran in this process (scipy's wheels load more than
+    one, all there once scipy.integrate is imported; found in /proc/self/maps, so on Linux only):
+    unit 6, descriptor 1, is buffered when that is a regular file, and would otherwise write the
+    solvers' text out later, at exit."""
+    if not _flushes:
+        import ctypes
+        try:
+            with open("/proc/self/maps") as maps:
+                paths = {line.split(maxsplit=5)[-1].strip().removesuffix(" (deleted)")
+                         for line in maps if "libgfortran" in line}
+        except OSError:
+            paths = set()
+        for path in sorted(paths):
+            try:
+                _flushes.append(ctypes.CDLL(path)._gfortran_flush_i4)
+            except (OSError, AttributeError):
+                pass
+        _flushes.append(None)  # found: look no more
+    for flush in _flushes[:-1]:
+        flush(None)  # a null unit: every unit
+
+
+def _restore_in_child():
+    """A process forked during a solve gets descriptor 1 back (its own output is not caught)."""
+    if _redirected:
+        os.dup2(_redirected[0], 1)
+
+
+os.register_at_fork(after_in_child=_restore_in_child)
+
+
+def _split_messages(lines):
+    """VODE/LSODA's message lines (whitespace collapsed), and the other lines as they were."""
+    theirs, other, inside = [], [], False
+    for line in lines:
+        inside = bool(_MESSAGE_HEAD.match(line) or inside and _MESSAGE_MORE.match(line))
+        if inside:
+            theirs.append(" ".join(line.split()))
+        else:
+            other.append(line)
+    return theirs, "".join(other)
+
+
+@contextmanager
+def _solver_messages():
+    """Send what is written to file descriptor 1 into a file of this process while the block
+    runs (only under _exclusive: the descriptor is process-wide); yields a list that then receives
+    the solvers' message lines, and writes every other line back to the descriptor (a print in
+    the dynamics, another thread's output). Where it cannot (no descriptor 1, no temporary
+    file), it catches nothing."""
+    caught = []
+    try:
+        pid = os.getpid()
+        if pid not in _catch:
+            for inherited in _catch.values():
+                inherited.close()
+            _catch.clear()
+            _catch[pid] = tempfile.TemporaryFile()
+        file = _catch[pid]
+        if sys.stdout is not None:
+            sys.stdout.flush()
+        saved = os.dup(1)
+    except (OSError, ValueError):
+        yield caught
+        return
+    os.dup2(file.fileno(), 1)
+    _redirected.append(saved)
+    try:
+        yield caught
+    finally:
+        try:
+            _flush_fortran()
+            if sys.stdout is not None:
+                sys.stdout.flush()
+        finally:
+            _redirected.clear()
+            os.dup2(saved, 1)
+            os.close(saved)
+        if os.fstat(file.fileno()).st_size:
+            file.seek(0)
+            text = file.read().replace(b"\0", b"").decode(errors="replace")
+            file.seek(0)
+            file.truncate()
+            theirs, other = _split_messages(text.splitlines(True))
+            if other:
+                os.write(1, other.encode())
+            caught += theirs
+
+
+def _quoted(messages):
+    """The solver's printed lines, for an error message."""
+    text = " / ".join(line for line in dict.fromkeys(messages) if line)  # each line once
+    if len(text) > 600:
+        text = text[:600] + " ..."
+    return f" (the solver printed: {text})" if text else ""
+
+
 class _Guarded:
     """The dynamics as the compiled solver sees them: counted, checked, never raising."""
 
@@ -182,7 +293,7 @@ def _illegal_input(method, y0, t, rtol, atol):
     if np.finfo(float).eps * norm > 0.5 * most:
         return ("the tolerances ask for more accuracy than float64 holds for y0 (VODE/LSODA's "
                 "'too much accuracy requested'): loosen rtol and atol")
-    return (f"the solver refused its input (istate -3; its printed message says why); with "
+    return (f"the solver refused its input (illegal input; its message below says why); with "
             f"odeint's own checks passed, the likely cause is a first output time too close to "
             f"the start for its step-size arithmetic (t[1] - t[0] = {t[1] - t[0]:.3g})")
 
@@ -198,8 +309,8 @@ def solve(fun, y0, t, method, rtol, atol, max_steps, counts, jacobian=None):
     ys = np.empty((len(t), y0.size))
     ys[0] = y0
     # Overflow and nan in the dynamics are reported by _Guarded as an error, not a numpy warning.
-    with _exclusive(method), _scipy_blas_single_threaded(), warnings.catch_warnings(), \
-            np.errstate(all="ignore"):
+    with _exclusive(method), _solver_messages() as printed, _scipy_blas_single_threaded(), \
+            warnings.catch_warnings(), np.errstate(all="ignore"):
         # scipy reports failures as warnings; they become exceptions below.
         warnings.filterwarnings("ignore", message="(vode|lsoda):")
         solver = _integrator(guarded, y0, t[0], method, rtol, atol, max_steps, jacobian)
@@ -210,7 +321,8 @@ def solve(fun, y0, t, method, rtol, atol, max_steps, counts, jacobian=None):
                 break
             if not solver.successful():
                 code = solver.get_return_code()
-                reason = (_illegal_input(method, y0, t, rtol, atol) if code == -3 else
+                # -8: LSODA's answer to illegal input after five of them in a row
+                reason = (_illegal_input(method, y0, t, rtol, atol) if code in (-3, -8) else
                           _ISTATE_MESSAGES.get(code, f"the solver returned istate = {code}")
                           .format(max_steps=max_steps))
                 failure = ODESolverError(reason, t=float(solver.t), method=method)
@@ -230,6 +342,8 @@ def solve(fun, y0, t, method, rtol, atol, max_steps, counts, jacobian=None):
         counts.steps += steps if guarded.error is not None else _steps_taken(solver)
     guarded.check(method)
     if failure is not None:
+        failure.reason += _quoted(printed)
+        failure.args = (failure.reason,)
         raise failure
     if not all_finite(ys):
         first = int(np.nonzero(~np.isfinite(ys).all(axis=1))[0][0])

@@ -7,8 +7,9 @@ augmented state s = [z, a, a_theta, a_t] is solved backwards one output interval
     da/dt = -a^T df/dz,    da_theta/dt = -a^T df/dtheta,    da_t/dt = -a^T df/dt,
 
 starting each interval from the stored forward state z(t_i) and with the adjoint a bumped by
-dL/dz(t_i). The output times get dL/dt_i = g_i^T f(z(t_i), t_i), and dL/dt_0 = a_t(t_0) when a_t
-starts at -dL/dt_N and drops by dL/dt_i at every other output time.
+dL/dz(t_i); a z that reaches t_(i-1) far from the stored z(t_(i-1)) (a flow unstable
+backwards) refuses the gradient. The output times get dL/dt_i = g_i^T f(z(t_i), t_i), and
+dL/dt_0 = a_t(t_0) when a_t starts at -dL/dt_N and drops by dL/dt_i at every other output time.
 
 The VJP is made of autograd operations, the backward solves being calls of this same primitive,
 so it can be differentiated again (Hessians, Hessian-vector products).
@@ -18,7 +19,7 @@ import dataclasses
 import autograd.numpy as anp
 import numpy as np
 from autograd.extend import defvjp_argnums, primitive
-from autograd.tracer import isbox
+from autograd.tracer import getval, isbox
 
 from ._scipy import solve
 from ._vjp import value_and_vjp
@@ -105,10 +106,16 @@ def odeint_adjoint(y0, t, *args, func, opts, stats=None, carry=None):
     return ys
 
 
-def _augmented_dynamics(func, shape, want_t, want_args):
-    """The dynamics of s = [z, a, a_theta, a_t] (a_theta and a_t only when wanted)."""
+def _augmented_dynamics(func, shape, want_t, wanted):
+    """The dynamics of s = [z, a, a_theta, a_t]: a_theta holds the adjoints of the args numbered
+    in `wanted` only (those being differentiated), a_t is there only when wanted."""
     n = int(np.prod(shape))
-    fused = getattr(func, "value_and_vjp", None)
+    if getattr(func, "value_and_vjp", None) is None:
+        fused = None
+    else:  # it gives every arg's VJP: keep the wanted ones
+        def fused(g, z, t, *args):
+            f, g_z, g_t, *g_args = func.value_and_vjp(g, z, t, *args)
+            return (f, g_z, g_t) + tuple(g_args[k] for k in wanted)
 
     def aug(s, t, *args):
         if any(isbox(x) for x in (s, t) + args):
@@ -120,16 +127,14 @@ def _augmented_dynamics(func, shape, want_t, want_args):
         return ds
 
     def value_and_vjp_fn(g, z, t, *args):
-        wrt = (0, 1) + tuple(range(2, 2 + len(args)) if want_args else ())
+        wrt = (0, 1) + tuple(2 + k for k in wanted)
         f, grads = value_and_vjp(func, (z, t) + args, wrt, g)
         return (f, *grads)
 
     def _augmented_step(xp, s, t, args, fvjp):
         z, a = xp.reshape(s[:n], shape), xp.reshape(s[n:2 * n], shape)
         f, g_z, g_t, *g_args = fvjp(-a, z, t, *args)
-        parts = [xp.ravel(f), xp.ravel(g_z)]
-        if want_args:
-            parts += [xp.ravel(g) for g in g_args]
+        parts = [xp.ravel(f), xp.ravel(g_z)] + [xp.ravel(g) for g in g_args]
         if want_t:
             parts.append(xp.reshape(g_t, (1,)))
         return xp.concatenate(parts)
@@ -137,14 +142,48 @@ def _augmented_dynamics(func, shape, want_t, want_args):
     return aug
 
 
+# A state solved backwards to an output or checkpoint time is refused when it is both this many
+# error weights (atol + rtol |z|, with the state's largest |z|) and this fraction of that |z|
+# away from the forward solve's: within either, the gradient is as good as the tolerances or
+# off by a small fraction; beyond both, the backward flow has amplified errors (it is unstable).
+RECONSTRUCTION_LIMIT = 1e4
+RECONSTRUCTION_FRACTION = 1e-3
+
+
+def _check_reconstruction(z_back, z_forward, forward, backward, t_from, t_to):
+    """Raise ODESolverError if z, solved backwards from t_from to t_to, ends far from the forward
+    solve's z(t_to): the adjoint's Jacobians were then taken along a wrong path (a contracting,
+    stiff flow is unstable backwards), and the gradient is wrong. forward and backward are the
+    Options of the solve that made z_forward and of the one that made z_back; the components
+    the forward solve's error control left out (seminorm) are not compared."""
+    z_back, z_forward = np.ravel(getval(z_back)), np.ravel(getval(z_forward))
+    if forward.seminorm and forward.controlled is not None:
+        z_back, z_forward = z_back[:forward.controlled], z_forward[:forward.controlled]
+    scale = np.max(np.abs(z_forward), initial=0.0)
+    weight = max(forward.atol, backward.atol) + max(forward.rtol, backward.rtol) * scale
+    with np.errstate(all="ignore"):
+        error = np.max(np.abs(z_back - z_forward), initial=0.0)
+    if not (error <= RECONSTRUCTION_LIMIT * weight or error <= RECONSTRUCTION_FRACTION * scale):
+        raise ODESolverError(
+            f"solved in reverse from t = {float(getval(t_from))!r} to {float(getval(t_to))!r}, "
+            f"the state ended {error:.3g} away from the forward solution ({error / weight:.3g} "
+            f"error weights atol + rtol max|z|, {error / scale if scale else np.inf:.3g} of "
+            f"max|z|; at most {RECONSTRUCTION_LIMIT:g} or {RECONSTRUCTION_FRACTION:g} allowed), "
+            "so the adjoint followed a wrong path and the gradient would be wrong. The flow is "
+            "unstable backwards (a stiff or strongly contracting problem): pass checkpoints=k "
+            "to restart the backward solve from stored forward states k times more often",
+            t=float(getval(t_to)), method=backward.method, solve="adjoint")
+
+
 def _odeint_vjp(argnums, ys, inputs, kwargs):
     func, opts, stats = kwargs["func"], kwargs["opts"], kwargs.get("stats")
     y0, t, args = inputs[0], inputs[1], inputs[2:]
     shape, n = anp.shape(y0), anp.size(y0)
     want_t = 1 in argnums
-    want_args = any(i >= 2 for i in argnums)
-    sizes = [anp.size(x) for x in args] if want_args else []
-    aug = _augmented_dynamics(func, shape, want_t, want_args)
+    wanted = [k for k in range(len(args)) if 2 + k in argnums]  # untraced args get no adjoint
+    sizes = [anp.size(args[k]) for k in wanted]
+    want_args = bool(wanted)
+    aug = _augmented_dynamics(func, shape, want_t, wanted)
     back_opts = opts.for_adjoint(controlled=2 * n)
 
     def vjp(g):
@@ -162,6 +201,7 @@ def _odeint_vjp(argnums, ys, inputs, kwargs):
                                 + ([anp.reshape(a_t, (1,))] if want_t else []))
             s = odeint_adjoint(s, anp.stack([t[i], t[i - 1]]), *args, func=aug, opts=back_opts,
                                stats=stats, carry=carry)[1]
+            _check_reconstruction(s[:n], ys[i - 1], opts, back_opts, t[i], t[i - 1])
             a = s[n:2 * n] + anp.ravel(g[i - 1])
             if want_args:
                 a_theta = s[2 * n:2 * n + sum(sizes)]
@@ -172,7 +212,7 @@ def _odeint_vjp(argnums, ys, inputs, kwargs):
             dL_dt[0] = a_t
             grads[1] = anp.stack([anp.reshape(d, ()) for d in dL_dt])
         offset = 0
-        for k, size in enumerate(sizes):
+        for k, size in zip(wanted, sizes):
             grads[2 + k] = anp.reshape(a_theta[offset:offset + size], anp.shape(args[k]))
             offset += size
         return tuple(grads[i] for i in argnums)

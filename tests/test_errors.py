@@ -1,5 +1,7 @@
 """Bad input gets a ValueError naming the problem; a failed solve an ODESolverError with the time
 reached; never a warning and a garbage array."""
+import os
+import tempfile
 import warnings
 
 import autograd.numpy as anp
@@ -8,6 +10,7 @@ import pytest
 from autograd import grad
 
 from odeint_autograd import DEFAULT_TOL, METHODS, ODESolverError, odeint
+from odeint_autograd._scipy import _solver_messages
 from odeint_autograd.errors import all_finite as _all_finite
 
 decay = lambda y, t: -y  # noqa: E731
@@ -254,6 +257,48 @@ def test_why_vode_and_lsoda_refused_to_start_is_named(method):
     with pytest.raises(ODESolverError, match="more accuracy than float64 holds"):
         odeint(decay, Y0, [0.0, 1.0], method=method, rtol=tight, atol=0.0)
     odeint(decay, np.array([1.0, 0.0]), [0.0, 1.0], method=method, rtol=1e-6, atol=1e-12)
+
+
+@pytest.mark.parametrize("method", ["lsoda", "adams", "bdf"])
+def test_the_solvers_print_nothing_and_a_failure_quotes_them(method, capfd):
+    """VODE and LSODA write their messages to descriptor 1 (under capfd a regular file, which
+    their Fortran runtime buffers): a solve prints nothing, and a failure's error quotes them."""
+    tight = 1e-15 if method == "lsoda" else 1e-16
+    with pytest.raises(ODESolverError, match=r"\(the solver printed: (DVODE|lsoda)-- .*accuracy"):
+        odeint(decay, Y0, [0.0, 1.0], method=method, rtol=tight, atol=0.0)
+    if method != "adams":  # warned 'T + H = T' on the way; right all the same
+        ys = odeint(lambda y, t: -1e6 * (y - 1.0), 0.0, 86400 + np.array([0.0, 1.0]),
+                    method=method, rtol=1e-6, atol=1e-9)
+        np.testing.assert_allclose(ys[-1], 1.0)
+    assert capfd.readouterr() == ("", "")
+
+
+def test_other_output_during_a_solve_is_written_back(capfd, monkeypatch):
+    """While a solve runs, descriptor 1 goes to a file: the solvers' lines (they start with a
+    space) are kept for an error, anything else (another thread's print) is written back."""
+    other = "another thread\n[[1. 0.]\n [0. 1.]]\n   indented\n"
+    with _solver_messages() as caught:
+        os.write(1, b" DVODE--  a   message\n       goes on\n      In above,  R1 = 0.1D+01\n")
+        os.write(1, other.encode())
+        os.write(1, b" lsoda--  another\n")
+    assert caught == ["DVODE-- a message", "goes on", "In above, R1 = 0.1D+01", "lsoda-- another"]
+    assert capfd.readouterr().out == other
+    # no temporary file to be had (a new process, no temporary folder): nothing caught or lost
+    with monkeypatch.context() as patch:
+        patch.setattr(os, "getpid", lambda: -1)
+        patch.setattr(tempfile, "tempdir", "/nonexistent")
+        with _solver_messages() as caught:
+            os.write(1, b" DVODE--  printed\n")
+    assert caught == [] and capfd.readouterr().out == " DVODE--  printed\n"
+
+
+def test_lsodas_repeated_illegal_input_keeps_its_diagnosis():
+    """After five refusals in a row LSODA answers istate -8, 'repeated occurrences of illegal
+    input', in place of the -3 whose cause odeint names."""
+    for _ in range(7):
+        with pytest.raises(ODESolverError, match="component 0 of the state is zero"):
+            odeint(lambda y, t: 1.0 - y, np.array([0.0, 1.0]), [0.0, 1.0], method="lsoda",
+                   rtol=1e-6, atol=0.0)
 
 
 @pytest.mark.parametrize("method", ["lsoda", "adams", "bdf"])

@@ -1,5 +1,6 @@
 """odeint_autograd: values and gradients against closed forms, finite differences and direct
 backprop; higher derivatives; options; NFE counts."""
+import collections
 import threading
 
 import autograd.numpy as anp
@@ -8,7 +9,7 @@ import pytest
 from autograd import grad, hessian, jacobian, make_hvp
 from scipy.linalg import expm
 
-from odeint_autograd import ADJOINT_METHODS, Counts, ODESolverError, SolverStats, odeint
+from odeint_autograd import ADJOINT_METHODS, Counts, ODESolverError, SolverStats, adjoint, odeint
 
 TOL = dict(rtol=1e-10, atol=1e-10)
 A = np.array([[-0.1, 2.0], [-2.0, -0.1]])
@@ -229,6 +230,42 @@ def test_grad_with_params_given_as_a_list_through_autograd():
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-8)
 
 
+Decay = collections.namedtuple("Decay", ["k", "c"])
+
+
+@pytest.mark.parametrize("method", ["lsoda", "adams", "bdf", "dopri5"])
+def test_namedtuple_args_reach_func_as_namedtuples(method):
+    """y' = -k y + c: y(1) = c / k + (y0 - c / k) e^-k, and its derivatives in k and c."""
+    f = lambda y, t, p: -p.k * y + p.c  # noqa: E731
+    exact = lambda k, c: c / k + (1.0 - c / k) * anp.exp(-k)  # noqa: E731
+    loss = lambda k, c: odeint(f, np.array([1.0]), [0.0, 1.0], (Decay(k, c),), method=method,
+                               **TOL)[-1, 0]  # noqa: E731
+    np.testing.assert_allclose(loss(0.5, 0.1), exact(0.5, 0.1), rtol=1e-8)
+    np.testing.assert_allclose(grad(loss, (0, 1))(0.5, 0.1), grad(exact, (0, 1))(0.5, 0.1),
+                               rtol=1e-7)
+
+
+@pytest.mark.parametrize("method", ADJOINT_METHODS)
+def test_untraced_float_args_get_no_adjoint(method):
+    """A constant float array in args (not differentiated) stays out of the augmented state:
+    at 200,000 entries it would dilute the backward solve's error norm (the RMS over every
+    component) until the gradient misses its tolerance by orders of magnitude."""
+    def f(y, t, k, d):
+        return anp.stack([y[1], -k * anp.sin(y[0])]) + 1e-3 * d[:2]
+
+    data = np.random.RandomState(0).randn(200_000)
+    t = np.linspace(0.0, 10.0, 11)
+    loss = lambda k, d, **kw: anp.sum(odeint(f, np.array([1.0, 0.0]), t, (k, d), **kw) ** 2)
+    reference = grad(loss)(1.5, data[:2], method="dopri5", rtol=1e-12, atol=1e-12)
+    counts = []
+    for d in (data, data[:2].copy()):
+        stats = SolverStats()
+        g = grad(loss)(1.5, d, method=method, rtol=1e-8, atol=1e-8, stats=stats)
+        np.testing.assert_allclose(g, reference, rtol=1e-5)
+        counts.append(stats.backward.nfe)
+    assert counts[0] == counts[1]
+
+
 def test_nfe_and_step_counts():
     calls = []
 
@@ -303,17 +340,23 @@ def test_seminorm_leaves_the_parameter_integrals_out_of_the_error_control(method
 
 
 @pytest.mark.parametrize("method", ["lsoda", "adams"])
-def test_checkpoints_fix_a_backsolve_that_is_measurably_wrong(method):
+def test_checkpoints_fix_a_backsolve_that_strays_which_raises(method):
     """z1 relaxes fast onto sin(theta t) (rate k = 8), z2 integrates z1, L = z2(T = 2). Solved
-    backwards, z1's reconstruction error grows like e^{k (T - t)} (~1e7), which spoils dL/dtheta
-    through the cubic term; restarting z from stored forward states every 0.1 fixes it."""
+    backwards, z1's reconstruction error grows like e^{k (T - t)} (~1e7), which would spoil
+    dL/dtheta through the cubic term: refused. Restarting z from stored forward states every
+    0.1 fixes it."""
     f = lambda z, t, th, k: anp.stack([-k * (z[0] - anp.sin(th * t)) - z[0] ** 3, z[0]])
     z0, T = np.array([0.5, 0.0]), 2.0
     loss = lambda th, **kw: odeint(f, z0, [0.0, T], (th, 8.0), **kw)[-1, 1]
     exact = grad(loss)(2.0, method="dopri5", rtol=1e-12, atol=1e-12)  # direct backprop
-    plain = grad(loss)(2.0, method=method, rtol=1e-8, atol=1e-8)
-    checkpointed = grad(loss)(2.0, method=method, rtol=1e-8, atol=1e-8, checkpoints=19)
+    with pytest.raises(ODESolverError, match=r"adjoint.*error weights.*checkpoints=k"):
+        grad(loss)(2.0, method=method, rtol=1e-8, atol=1e-8)
+    # what the refused gradient would have been: measurably wrong
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(adjoint, "RECONSTRUCTION_LIMIT", np.inf)
+        plain = grad(loss)(2.0, method=method, rtol=1e-8, atol=1e-8)
     assert abs(plain / exact - 1) > 3e-4
+    checkpointed = grad(loss)(2.0, method=method, rtol=1e-8, atol=1e-8, checkpoints=19)
     assert abs(checkpointed / exact - 1) < 1e-5
     # with a stronger contraction the plain backsolve blows up; checkpointing still works
     with pytest.raises(ODESolverError):
@@ -323,6 +366,37 @@ def test_checkpoints_fix_a_backsolve_that_is_measurably_wrong(method):
     t = np.array([0.0, 0.5, T])
     np.testing.assert_allclose(odeint(f, z0, t, (2.0, 8.0), checkpoints=5),
                                odeint(f, z0, t, (2.0, 8.0)), rtol=1e-6, atol=1e-9)
+
+
+def test_the_reconstruction_check_passes_gradients_as_good_as_their_tolerances():
+    """Where the state solved backwards strays only as far as the tolerances let it (a loose
+    forward solve under a tight adjoint, a component at zero under a small atol, an orbit that
+    gathers 2000 error weights of global error, Hessians whose seminorm leaves a_theta out of
+    the error control), the gradient is given."""
+    osc = lambda y, t, w: anp.stack([y[1], -w * y[0]])  # noqa: E731
+    loss = lambda w, y0, t, **kw: anp.sum(odeint(osc, y0, t, (w,), **kw)[-1] ** 2)  # noqa
+    exact = lambda y0, t: grad(loss)(1.3, y0, t, method="dopri5", rtol=1e-12, atol=1e-12)  # noqa
+    y0, t = np.array([1.0, 0.0]), np.linspace(0.0, 5.0, 6)
+    g = grad(loss)(1.3, y0, t, rtol=1e-3, atol=1e-3, adjoint_rtol=1e-10, adjoint_atol=1e-10)
+    np.testing.assert_allclose(g, exact(y0, t), rtol=0.1)
+    for method in ("lsoda", "adams"):
+        g = grad(loss)(1.3, y0, t[:3], method=method, rtol=1e-6, atol=1e-12)
+        np.testing.assert_allclose(g, exact(y0, t[:3]), rtol=1e-4)
+    kepler = lambda y, t, p: anp.concatenate(  # noqa: E731
+        [y[2:], -p[0] * y[:2] / anp.sum(y[:2] ** 2) ** 1.5])
+    orbit = lambda p, **kw: anp.sum(odeint(kepler, np.array([0.4, 0.0, 0.0, 2.0]), [0.0, 30.0],
+                                           (p,), max_steps=10 ** 6, **kw)[-1] ** 2)  # noqa
+    np.testing.assert_allclose(grad(orbit)(np.ones(1), method="adams", rtol=1e-9, atol=1e-9),
+                               grad(orbit)(np.ones(1), method="dopri5", rtol=1e-12, atol=1e-12),
+                               rtol=1e-5)
+    th = np.array([[-0.3, 1.0], [-1.0, -0.2]])
+    mlp = lambda th, **kw: anp.sum(odeint(lambda y, t, th: anp.tanh(anp.dot(th, y)),  # noqa
+                                          np.array([0.5, -0.3]), [0.0, 1.0, 2.0], (th,),
+                                          **kw)[-1] ** 2)
+    reference = hessian(lambda th: mlp(th, method="dopri5", rtol=1e-12, atol=1e-12))(th)
+    np.testing.assert_allclose(
+        hessian(lambda th: mlp(th, rtol=1e-6, atol=1e-10, adjoint_seminorm=True))(th),
+        reference, atol=1e-4 * np.max(np.abs(reference)))
 
 
 def test_checkpoints_with_time_gradients_and_decreasing_times():
@@ -370,6 +444,22 @@ def test_fused_value_and_vjp_is_used_and_gives_the_same_gradients():
     g_fused = grad(loss)(W, fused)
     assert used
     np.testing.assert_allclose(g_fused, g_plain, rtol=1e-9)
+
+    # it gives every arg's VJP; the adjoint keeps those of the args being differentiated
+    def value_and_vjp_2(g, y, t, W, c):
+        h, g_y, g_t, (g_W,) = value_and_vjp(g, y, t, W)
+        return h + c, g_y, g_t, (g_W, np.sum(g, axis=0))
+
+    f2 = lambda y, t, W, c: f(y, t, W) + c  # noqa: E731
+    fused2 = lambda y, t, W, c: f2(y, t, W, c)  # noqa: E731
+    fused2.value_and_vjp = value_and_vjp_2
+    c = np.array([0.1, -0.2, 0.3])
+    loss2 = lambda W, c, fn: weighted_sum(odeint(fn, y0, [0.0, 0.5, 1.0], (W, c), **TOL))
+    for argnum in (0, 1):
+        np.testing.assert_allclose(grad(loss2, argnum)(W, c, fused2),
+                                   grad(loss2, argnum)(W, c, f2), rtol=1e-9)
+    for a, b in zip(grad(loss2, (0, 1))(W, c, fused2), grad(loss2, (0, 1))(W, c, f2)):
+        np.testing.assert_allclose(a, b, rtol=1e-9)
 
 
 def test_large_state_never_gets_a_dense_jacobian():
