@@ -145,7 +145,8 @@ def _restore_in_child():
         os.dup2(_redirected[0], 1)
 
 
-os.register_at_fork(after_in_child=_restore_in_child)
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_restore_in_child)
 
 
 def _split_messages(lines):
