@@ -95,11 +95,11 @@ def odeint(func, y0, t, args=(), *, rtol=None, atol=None, method="lsoda",
 
     Raises ValueError for bad arguments, and ODESolverError when a solve fails (saying whether the
     forward or an adjoint solve, and the time reached; quoting what VODE/LSODA printed, which
-    odeint keeps off stdout), when z solved backwards strays more than
-    adjoint.RECONSTRUCTION_LIMIT error weights from the forward solution at an output or
-    checkpoint time (the gradient would be wrong: pass checkpoints), or when the installed scipy
-    is known to return wrong answers with the method; an exception raised by func propagates
-    unchanged.
+    odeint keeps off stdout), when z solved backwards ends farther from the forward solution at
+    an output or checkpoint time than both adjoint.RECONSTRUCTION_LIMIT error weights and
+    adjoint.RECONSTRUCTION_FRACTION of max|z| (the gradient would be wrong: pass checkpoints),
+    or when the installed scipy is known to return wrong answers with the method; an exception
+    raised by func propagates unchanged.
     """
     if not callable(func):
         raise ValueError(f"func must be callable, not {type(func).__name__}")

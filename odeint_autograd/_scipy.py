@@ -20,6 +20,7 @@ solver did. Four properties of scipy's solvers shape this file:
   descriptor 1, past sys.stdout and the warnings filter. `_solver_messages` catches that text
   during a solve: a failure's error quotes it, a success drops it.
 """
+import functools
 import os
 import re
 import sys
@@ -110,32 +111,35 @@ def _exclusive(method):
 
 
 _catch = {}  # this process's file for _solver_messages, by process id (a fork gets its own)
-_flushes = []  # the FLUSH of each libgfortran in this process, found once
 _redirected = []  # while _solver_messages holds descriptor 1: the saved original
 # a line of VODE/LSODA's messages: "<ROUTINE>--  text", then lines indented by 6 or more spaces
 _MESSAGE_HEAD, _MESSAGE_MORE = re.compile(r" ?[A-Za-z]+--"), re.compile(r" {6}")
 
 
-def _flush_fortran():
-    """Flush the output units of every libgfortran in this process (scipy's wheels load more than
-    one, all there once scipy.integrate is imported; found in /proc/self/maps, so on Linux only):
-    unit 6, descriptor 1, is buffered when that is a regular file, and would otherwise write the
-    solvers' text out later, at exit."""
-    if not _flushes:
-        import ctypes
+@functools.lru_cache(maxsize=None)
+def _fortran_flushes():
+    """The FLUSH of every libgfortran in this process (scipy's wheels load more than one, all
+    there once scipy.integrate is imported; found in /proc/self/maps, so on Linux only)."""
+    import ctypes
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = {line.split(maxsplit=5)[-1].strip().removesuffix(" (deleted)")
+                     for line in maps if "libgfortran" in line}
+    except OSError:
+        return ()
+    flushes = []
+    for path in sorted(paths):
         try:
-            with open("/proc/self/maps") as maps:
-                paths = {line.split(maxsplit=5)[-1].strip().removesuffix(" (deleted)")
-                         for line in maps if "libgfortran" in line}
-        except OSError:
-            paths = set()
-        for path in sorted(paths):
-            try:
-                _flushes.append(ctypes.CDLL(path)._gfortran_flush_i4)
-            except (OSError, AttributeError):
-                pass
-        _flushes.append(None)  # found: look no more
-    for flush in _flushes[:-1]:
+            flushes.append(ctypes.CDLL(path)._gfortran_flush_i4)
+        except (OSError, AttributeError):
+            pass
+    return tuple(flushes)
+
+
+def _flush_fortran():
+    """Flush every Fortran output unit: unit 6, descriptor 1, is buffered when that is a regular
+    file, and would otherwise write the solvers' text out later, at exit."""
+    for flush in _fortran_flushes():
         flush(None)  # a null unit: every unit
 
 
@@ -326,26 +330,25 @@ def solve(fun, y0, t, method, rtol, atol, max_steps, counts, jacobian=None):
                 reason = (_illegal_input(method, y0, t, rtol, atol) if code in (-3, -8) else
                           _ISTATE_MESSAGES.get(code, f"the solver returned istate = {code}")
                           .format(max_steps=max_steps))
-                failure = ODESolverError(reason, t=float(solver.t), method=method)
+                failure = reason, float(solver.t)
                 break
             last_step, now = _internal(solver)
             if last_step == 0 or (now - t[i]) * (t[-1] - t[0]) < 0:
-                failure = ODESolverError(
+                failure = (
                     f"{method} reported success at t = {float(t[i])!r} without stepping there "
                     f"(its internal time reached {now!r}, its last step {last_step!r}): the "
                     f"interval from {float(t[i - 1])!r} is too short for its step-size "
                     "arithmetic (merge the two times), or the dynamics' rates (|f| / |y|) too "
-                    "large (rescale time)", t=now, method=method)
+                    "large (rescale time)", now)
                 break
             steps = _steps_taken(solver)
         # after the dynamics raised, the solver stepped on through the zeros fed to it: only
         # the steps to the last output time before are known to be real
         counts.steps += steps if guarded.error is not None else _steps_taken(solver)
     guarded.check(method)
-    if failure is not None:
-        failure.reason += _quoted(printed)
-        failure.args = (failure.reason,)
-        raise failure
+    if failure is not None:  # (why, the time reached), the solver's printed lines quoted
+        reason, reached = failure
+        raise ODESolverError(reason + _quoted(printed), t=reached, method=method)
     if not all_finite(ys):
         first = int(np.nonzero(~np.isfinite(ys).all(axis=1))[0][0])
         raise ODESolverError("the solution became non-finite", t=float(t[first]), method=method)

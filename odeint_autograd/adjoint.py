@@ -42,13 +42,18 @@ class Options:
     controlled: int = None  # with seminorm: how many leading components the error control sees
     adjoint: bool = False  # a backward solve of the adjoint method (counted and reported so)
 
+    def checked(self, size):
+        """How many leading components of a state of `size` the error control sees."""
+        return min(self.controlled, size) if self.seminorm and self.controlled else size
+
     def tolerances(self, size):
-        """Scalar tolerances, or per-component ones that drop all but the first `controlled`
+        """Scalar tolerances, or per-component ones that drop all but the first `checked`
         components from the solver's error norm (the other terms of the norm are unchanged)."""
-        if not self.seminorm or self.controlled is None or self.controlled >= size:
+        checked = self.checked(size)
+        if checked == size:
             return self.rtol, self.atol
         rtol, atol = np.zeros(size), np.full(size, np.inf)
-        rtol[:self.controlled], atol[:self.controlled] = self.rtol, self.atol
+        rtol[:checked], atol[:checked] = self.rtol, self.atol
         return rtol, atol
 
     def for_adjoint(self, controlled):
@@ -156,9 +161,8 @@ def _check_reconstruction(z_back, z_forward, forward, backward, t_from, t_to):
     stiff flow is unstable backwards), and the gradient is wrong. forward and backward are the
     Options of the solve that made z_forward and of the one that made z_back; the components
     the forward solve's error control left out (seminorm) are not compared."""
-    z_back, z_forward = np.ravel(getval(z_back)), np.ravel(getval(z_forward))
-    if forward.seminorm and forward.controlled is not None:
-        z_back, z_forward = z_back[:forward.controlled], z_forward[:forward.controlled]
+    checked = forward.checked(np.size(z_forward))
+    z_back, z_forward = (np.ravel(getval(z))[:checked] for z in (z_back, z_forward))
     scale = np.max(np.abs(z_forward), initial=0.0)
     weight = max(forward.atol, backward.atol) + max(forward.rtol, backward.rtol) * scale
     with np.errstate(all="ignore"):

@@ -92,7 +92,8 @@ def observed(data, n, rows):
     return data["noisy"][rows[:, None], idx], data["t"][idx]
 
 
-def extrapolation_coverage(data, window=SPIRAL["window"], n_dense=SPIRAL["n_dense"]):
+def extrapolation_coverage(data, window=SPIRAL["window"], extrap=SPIRAL["extrap"],
+                           n_dense=SPIRAL["n_dense"]):
     """Per direction ("counter-clockwise", "clockwise"): the share of the test series'
     extrapolation points that lie inside some training series' observation window ("covered"),
     and the share that lie on the arm's last `window` points ("arm end"), where no training
@@ -104,7 +105,7 @@ def extrapolation_coverage(data, window=SPIRAL["window"], n_dense=SPIRAL["n_dens
         for start in data["start"][data["train"][mine[data["train"]]]]:
             seen[start:start + window] = True
         test = data["start"][data["test"][mine[data["test"]]]]
-        points = (test[:, None] + np.arange(window, window + SPIRAL["extrap"])).ravel()
+        points = (test[:, None] + np.arange(window, window + extrap)).ravel()
         out[name] = {"covered": float(seen[points].mean()),
                      "arm end": float((points >= n_dense - window).mean())}
     return out
