@@ -9,7 +9,9 @@ solver did. Four properties of scipy's solvers shape this file:
   exception is raised once the solver has returned.
 - VODE and LSODA keep their state in process-wide variables: a solve started from inside the
   dynamics of another corrupts the outer one. `_exclusive` refuses such nested solves with a clear
-  error (and serialises solves from different threads).
+  error (and serialises solves from different threads). scipy guards each of the two with a lock
+  of its own, so dynamics that call scipy's LSODA or VODE directly would wait forever on the lock
+  their own solve holds: `_SolverLock` refuses that call instead.
 - The solvers' own vector operations go through the OpenBLAS bundled with scipy's wheels, whose
   threads keep spinning after each call and take cores from the dynamics' own threads.
   `_scipy_blas_single_threaded` limits that library, and only that one (numpy's, used by the
@@ -31,7 +33,7 @@ from contextlib import contextmanager
 
 import numpy as np
 import scipy
-from scipy.integrate import ode
+from scipy.integrate import _ode, ode
 
 from .errors import GIVE_ATOL, ODESolverError, all_finite
 
@@ -108,6 +110,41 @@ def _exclusive(method):
             yield
         finally:
             _owner = None
+
+
+_LIBRARY = {"adams": "vode", "bdf": "vode", "lsoda": "lsoda"}  # the compiled solver of each
+_in_dynamics = threading.local()  # .library: the solver whose dynamics this thread is running
+_NESTED = {"vode": ("VODE", "scipy.integrate.ode's 'vode' or 'zvode'", "'lsoda'"),
+           "lsoda": ("LSODA", "solve_ivp's 'LSODA' or scipy.integrate.ode's 'lsoda'",
+                     "'adams', 'bdf'")}
+
+
+class _SolverLock:
+    """scipy's lock around each run of one of its compiled solvers ('vode' or 'lsoda'), but
+    raising ODESolverError where the caller is the dynamics of this thread's own solve by that
+    solver, whose run holds the lock (the plain lock would wait forever)."""
+
+    def __init__(self, lock, library):
+        self.lock, self.library = lock, library
+
+    def __enter__(self):
+        if getattr(_in_dynamics, "library", None) == self.library:
+            name, calls, other = _NESTED[self.library]
+            raise ODESolverError(
+                f"func ran scipy's {name} ({calls}) inside odeint's own solve by {name}, whose "
+                f"run holds scipy's lock on it: scipy cannot nest {name} (it would wait "
+                f"forever). Give odeint method={other}, 'dopri5', 'bosh3', 'rkf23' or 'rk4', "
+                "or the inner solve another solver.")
+        return self.lock.__enter__()
+
+    def __exit__(self, *exc):
+        return self.lock.__exit__(*exc)
+
+
+for _name, _library in (("VODE_LOCK", "vode"), ("LSODA_LOCK", "lsoda")):
+    _found = getattr(_ode, _name, None)  # scipy 1.16's names; scipy 1.17 nests without locks
+    if _found is not None and not isinstance(_found, _SolverLock):
+        setattr(_ode, _name, _SolverLock(_found, _library))
 
 
 _catch = {}  # this process's file for _solver_messages, by process id (a fork gets its own)
@@ -222,13 +259,15 @@ def _quoted(messages):
 class _Guarded:
     """The dynamics as the compiled solver sees them: counted, checked, never raising."""
 
-    def __init__(self, fun, size, counts):
+    def __init__(self, fun, size, counts, library):
         self.fun, self.zeros, self.counts, self.error = fun, np.zeros(size), counts, None
+        self.library = library
 
     def __call__(self, y, t):
         if self.error is not None:
             return self.zeros
         self.counts.nfe += 1
+        outer, _in_dynamics.library = getattr(_in_dynamics, "library", None), self.library
         try:
             f = self.fun(y, t)
             if not all_finite(f):
@@ -239,6 +278,8 @@ class _Guarded:
         except BaseException as e:  # noqa: BLE001 -- re-raised by `check` after the solve
             self.error = e
             return self.zeros
+        finally:
+            _in_dynamics.library = outer
 
     def check(self, method):
         if self.error is not None:
@@ -310,7 +351,7 @@ def solve(fun, y0, t, method, rtol, atol, max_steps, counts, jacobian=None):
     solver fails (its `t` the time the solver reached), and re-raises whatever `fun` raised.
     """
     refuse_broken(method)
-    guarded, failure = _Guarded(fun, y0.size, counts), None
+    guarded, failure = _Guarded(fun, y0.size, counts, _LIBRARY[method]), None
     ys = np.empty((len(t), y0.size))
     ys[0] = y0
     # Overflow and nan in the dynamics are reported by _Guarded as an error, not a numpy warning.

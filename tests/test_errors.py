@@ -1,6 +1,8 @@
 """Bad input gets a ValueError naming the problem; a failed solve an ODESolverError with the time
 reached; never a warning and a garbage array."""
 import os
+import subprocess
+import sys
 import tempfile
 import warnings
 
@@ -440,6 +442,65 @@ def test_nested_scipy_solves_are_refused_and_leave_the_outer_state_intact(inner)
         odeint(f, Y0, [0.0, 1.0], method="adams")
     # a later solve is unaffected
     np.testing.assert_allclose(odeint(decay, Y0, [0.0, 1.0])[-1], Y0 * np.exp(-1), rtol=1e-7)
+
+
+# Each case in a process of its own, since a regression would wait forever on scipy's lock.
+_SCIPY_INSIDE = """
+import sys, threading
+import numpy as np
+from scipy.integrate import ode, solve_ivp
+from odeint_autograd import ODESolverError, odeint
+
+def inner(y, how):  # y(0.1) of dz/dt = -z from z(0) = y, by one of scipy's own solvers
+    if how == "solve_ivp LSODA":
+        return solve_ivp(lambda t, z: -z, [0, 0.1], y, method="LSODA", rtol=1e-10,
+                         atol=1e-12).y[:, -1]
+    r = ode(lambda t, z: -z).set_integrator(how.split()[1], rtol=1e-10, atol=1e-12)
+    return r.set_initial_value(y, 0.0).integrate(0.1)
+
+method, how = sys.argv[1], sys.argv[2]
+if how == "other thread":  # another thread's LSODA run waits for ours, then runs
+    out = {}
+    def other():
+        out["y"] = inner(np.ones(1), "ode lsoda")
+    def f(y, t):
+        if "thread" not in out:
+            out["thread"] = threading.Thread(target=other)
+            out["thread"].start()
+        return -y
+    ys = odeint(f, np.ones(1), [0.0, 1.0], method=method)
+    out["thread"].join()
+    print("ok", ys[-1][0], out["y"][0])
+else:
+    try:
+        ys = odeint(lambda y, t: inner(y, how), np.ones(1), [0.0, 1.0], method=method,
+                    rtol=1e-10, atol=1e-10)
+        print("ok", ys[-1][0])
+    except ODESolverError as e:
+        print("refused", e)
+"""
+
+
+@pytest.mark.parametrize("method,how", [
+    ("lsoda", "solve_ivp LSODA"), ("lsoda", "ode lsoda"), ("adams", "ode vode"),
+    ("bdf", "ode vode"), ("adams", "ode zvode"),  # scipy's lock on the solver odeint runs
+    ("lsoda", "ode vode"), ("adams", "ode lsoda"), ("bdf", "solve_ivp LSODA"),  # the other one
+    ("lsoda", "other thread"), ("adams", "other thread")])
+def test_scipy_solver_inside_the_dynamics_is_refused_only_where_scipy_would_wait_forever(
+        method, how):
+    run = subprocess.run([sys.executable, "-c", _SCIPY_INSIDE, method, how], timeout=120,
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    same = how != "other thread" and ("LSODA" if method == "lsoda" else "VODE") in how.upper()
+    if same:
+        assert run.stdout.startswith("refused") and "cannot nest" in run.stdout, run.stdout
+    else:  # dy/dt = exp(-0.1) y, solved; the other thread's run is right too
+        values = [float(v) for v in run.stdout.split()[1:]]
+        assert run.stdout.startswith("ok"), run.stdout
+        np.testing.assert_allclose(values[0], np.exp(np.exp(-0.1)) if how != "other thread"
+                                   else np.exp(-1.0), rtol=1e-6)
+        if how == "other thread":
+            np.testing.assert_allclose(values[1], np.exp(-0.1), rtol=1e-8)
 
 
 def test_nested_solve_with_a_python_solver_works():
