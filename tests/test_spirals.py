@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from autograd import grad
 from scipy.integrate import solve_ivp
-from scipy.stats import norm
+from scipy.stats import norm, t as t_dist
 
 from odeint_autograd import odeint
 from reproduce import spirals as S
@@ -1190,6 +1190,8 @@ def test_the_report_says_where_map_raises_or_lowers_the_latent_odes_rmse():
 
 
 def test_the_report_words_table2s_comparisons_from_the_record():
+    from reproduce.markdown import fmt
+    from reproduce.spirals import report
     from reproduce.spirals.report import targets
     ode = SM.LABELS[SM.LATENT_ODE]
     cells = {ode: {"30": 0.01, "50": 9.0},  # below and above any published number
@@ -1218,8 +1220,33 @@ def test_the_report_words_table2s_comparisons_from_the_record():
         for cell in record["results"]["table2_rmse"][row].values():
             cell["rmse_clean_sd"] = sd
     record["results"]["table2_rmse"]["RNN + dt"]["50"]["rmse_clean"] = 0.1
-    assert targets(record).endswith(f'"RNN + dt" below "{ode}" by (each row\'s sd over its '
-                                    "seeds): n = 50: 8.900 (sd 0.500 and 0.250).")
+    lead = f'"RNN + dt" below "{ode}" by (each row\'s sd over its seeds): '
+    assert targets(record).endswith(lead + "n = 50: 8.900 (sd 0.500 and 0.250).")
+    # with each cell's seeds, Welch's test against its closed form (t, Welch-Satterthwaite df)
+    x, y = [0.18, 0.16, 0.12, 0.12, 0.11], [0.13, 0.11, 0.12, 0.13, 0.12]
+    va, vb = np.var(x, ddof=1) / len(x), np.var(y, ddof=1) / len(y)
+    t_stat = (np.mean(x) - np.mean(y)) / np.sqrt(va + vb)
+    df = (va + vb) ** 2 / (va ** 2 / (len(x) - 1) + vb ** 2 / (len(y) - 1))
+    p = 2 * t_dist.sf(t_stat, df)
+    assert 0.05 < p < 0.95  # not a value its rounding could hide
+    for row, seeds in ((ode, x), ("RNN + dt", y)):
+        cell = record["results"]["table2_rmse"][row]["50"]
+        cell.update(rmse_clean=np.mean(seeds), rmse_clean_sd=np.std(seeds, ddof=1),
+                    rmse_clean_seeds=seeds)
+    assert targets(record).endswith(
+        lead + f"n = 50: 0.016 (sd 0.030 and 0.008; p = {p:.2g}).")
+    for no_spread in (x[:1], [x[0]] * 3):  # one seed, or seeds all alike: no test
+        record["results"]["table2_rmse"][ode]["50"]["rmse_clean_seeds"] = no_spread
+        assert targets(record).endswith(lead + "n = 50: 0.016 (sd 0.030 and 0.008).")
+    # against a published number: the one-sample test, against its closed form
+    published = report.published.TABLE2["latent_ode"][100]
+    x = [published - 0.02, published - 0.01, published + 0.005]
+    t_stat = (np.mean(x) - published) / (np.std(x, ddof=1) / np.sqrt(len(x)))
+    p = 2 * t_dist.cdf(t_stat, len(x) - 1)
+    assert 0.05 < p < 0.95
+    record["results"]["table2_rmse"][ode]["100"] = {"rmse_clean": np.mean(x),
+                                                    "rmse_clean_seeds": x}
+    assert f"100 ({fmt(np.mean(x))} against {fmt(published)}; p = {p:.2g})" in targets(record)
     del record["results"]["table2_rmse"]["Last observation"]
     assert targets(record) == ""
 

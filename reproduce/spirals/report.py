@@ -2,6 +2,9 @@
 the solver measurements and the reproduction choices."""
 import os
 
+import numpy as np
+from scipy import stats
+
 from reproduce import published
 from reproduce.common import read_json
 from reproduce.latent import solver_speed_block
@@ -123,7 +126,9 @@ def map_effect(record, model=LABELS[LATENT_ODE]):
 def targets(record):
     """Table 2's comparisons worded from the record, at each n where the rows compared are
     trained: our Latent ODE against the published one, the RNN + dt against our Latent ODE,
-    each RNN against repeating the last observation."""
+    each RNN against repeating the last observation; with p-values of t-tests over the seeds
+    where a row's seeds are compared with a published number (one-sample) or with the other
+    row's seeds (margins)."""
     rows, ode = record["results"]["table2_rmse"], LABELS[LATENT_ODE]
     rnns = [label for label in (LABELS["rnn"], LABELS["rnn_dt"]) if label in rows]
     if not all(label in rows for label in (ode, LABELS["rnn_dt"], "Last observation")):
@@ -136,8 +141,13 @@ def targets(record):
             return (published.TABLE2["latent_ode"][int(n)] if row is None
                     else rows[row][n]["rmse_clean"])
 
+        def test(n):  # against a published number: is the gap beyond the seeds' spread?
+            seeds = rows[label][n].get("rmse_clean_seeds") or []
+            return (p_text(stats.ttest_1samp(seeds, mean(None, n)).pvalue)
+                    if other is None and varies(seeds) else "")
+
         ns = _both_trained(rows, label, other)
-        found = [f"{n} ({fmt(mean(label, n))} against {fmt(mean(other, n))})"
+        found = [f"{n} ({fmt(mean(label, n))} against {fmt(mean(other, n))}{test(n)})"
                  for n in ns if mean(label, n) < mean(other, n)]
         return (f"at n = {', '.join(found)}" if found else "at no n") + (
             f" (of {', '.join(ns)})" if len(found) < len(ns) else "")
@@ -146,7 +156,9 @@ def targets(record):
              f'"RNN + dt" below "{ode}" ' + below(LABELS["rnn_dt"], ode)]
     parts += [f'"{label}" below "Last observation" ' + below(label, "Last observation")
               for label in rnns]
-    return "Compared, mean noise-free RMSE: " + "; ".join(parts) + "." + margins(rows, ode)
+    return ("Compared, mean noise-free RMSE (p: the p-value of a two-sided t-test over the "
+            "seeds that the two are equal, one-sample against a published number, Welch's "
+            "against another row's seeds): " + "; ".join(parts) + "." + margins(rows, ode))
 
 
 def _both_trained(rows, label, other=None):
@@ -157,16 +169,37 @@ def _both_trained(rows, label, other=None):
 
 def margins(rows, ode):
     """How far the RNN + dt is below the Latent ODE where it is, beside each row's sd over
-    seeds: whether a missed target is within the seeds' spread."""
+    seeds and, with two seeds or more in each, Welch's two-sided t-test of the two means:
+    whether a missed target is within the seeds' spread."""
     dt, found = LABELS["rnn_dt"], []
     for n in _both_trained(rows, dt, ode):
         a, b = rows[ode][n], rows[dt][n]
         if (b["rmse_clean"] < a["rmse_clean"]
                 and "rmse_clean_sd" in a and "rmse_clean_sd" in b):
             found.append(f"n = {n}: {fmt(a['rmse_clean'] - b['rmse_clean'])} (sd "
-                         f"{fmt(a['rmse_clean_sd'])} and {fmt(b['rmse_clean_sd'])})")
+                         f"{fmt(a['rmse_clean_sd'])} and {fmt(b['rmse_clean_sd'])}"
+                         f"{welch(a, b)})")
     return (f' "RNN + dt" below "{ode}" by (each row\'s sd over its seeds): '
             + "; ".join(found) + ".") if found else ""
+
+
+def welch(a, b):
+    """'; p = ...' of Welch's two-sided t-test that two cells' seeds share one mean, if each
+    cell's seeds vary (else '')."""
+    x, y = (cell.get("rmse_clean_seeds") or [] for cell in (a, b))
+    if not (varies(x) and varies(y)):
+        return ""
+    return p_text(stats.ttest_ind(x, y, equal_var=False).pvalue)
+
+
+def varies(values):
+    """Whether seeds' values have a spread a t-test can use (two or more, not all equal)."""
+    return len(values) > 1 and np.ptp(values) > 0
+
+
+def p_text(p):
+    """'; p = ...' to two significant digits."""
+    return f"; p = {p:.2g}"
 
 
 def unfinished_note(entry):
