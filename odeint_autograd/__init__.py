@@ -7,8 +7,8 @@ See `odeint` for the options and `SolverStats` for the counts of function evalua
 """
 from ._odeint import (ADJOINT_METHODS, BACKWARD_METHODS, DEFAULT_TOL, DIRECT_METHODS, METHODS,
                       Counts, SolverStats, odeint)
-from .errors import ODESolverError
+from .errors import NestedSolveError, ODESolverError
 
-__all__ = ["odeint", "ODESolverError", "SolverStats", "Counts", "METHODS", "ADJOINT_METHODS",
-           "DIRECT_METHODS", "BACKWARD_METHODS", "DEFAULT_TOL"]
+__all__ = ["odeint", "ODESolverError", "NestedSolveError", "SolverStats", "Counts", "METHODS",
+           "ADJOINT_METHODS", "DIRECT_METHODS", "BACKWARD_METHODS", "DEFAULT_TOL"]
 __version__ = "0.1.0"

@@ -9,9 +9,10 @@ solver did. Four properties of scipy's solvers shape this file:
   exception is raised once the solver has returned.
 - VODE and LSODA keep their state in process-wide variables: a solve started from inside the
   dynamics of another corrupts the outer one. `_exclusive` refuses such nested solves with a clear
-  error (and serialises solves from different threads). scipy guards each of the two with a lock
-  of its own, so dynamics that call scipy's LSODA or VODE directly would wait forever on the lock
-  their own solve holds: `_SolverLock` refuses that call instead.
+  error (and serialises solves from different threads). scipy 1.16 guards each of the two with a
+  lock of its own, taken for each run, so a solve by LSODA (or VODE) started from the dynamics of
+  another on the same thread, odeint's inside scipy's or scipy's inside odeint's, would wait
+  forever: `_SolverLock` refuses it instead, and holds the lock for the whole of odeint's solve.
 - The solvers' own vector operations go through the OpenBLAS bundled with scipy's wheels, whose
   threads keep spinning after each call and take cores from the dynamics' own threads.
   `_scipy_blas_single_threaded` limits that library, and only that one (numpy's, used by the
@@ -28,14 +29,15 @@ import re
 import sys
 import tempfile
 import threading
+import time
 import warnings
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 import numpy as np
 import scipy
 from scipy.integrate import _ode, ode
 
-from .errors import GIVE_ATOL, ODESolverError, all_finite
+from .errors import GIVE_ATOL, NestedSolveError, ODESolverError, all_finite
 
 # States above this size get a diagonal finite-difference Jacobian in the stiff methods instead of
 # a dense one: LSODA and BDF would otherwise allocate n x n doubles (1.3 TB at n = 400,000).
@@ -93,58 +95,111 @@ _lock = threading.Lock()
 _owner = None
 
 
+class _SolverLock:
+    """scipy's lock around each run of one of its compiled solvers (scipy 1.16), knowing which
+    thread holds it. A solve by that solver started on the holding thread, in the dynamics of
+    the running one, raises NestedSolveError instead of waiting forever, either way round
+    (scipy's inside odeint's, odeint's inside scipy's). odeint holds it for the whole of its
+    solve (`solving`), letting its own runs through: no other run of the solver comes between
+    its steps, so its state in the solver's global variables is intact."""
+
+    def __init__(self, lock, name, calls, other):
+        self.lock, self.name, self.calls, self.other = lock, name, calls, other
+        self.owner = None  # the thread holding it
+        self.solving = self.running = False  # held by odeint's solve; one of its runs under way
+
+    def __getattr__(self, attribute):  # acquire, release, locked: the plain lock's
+        return getattr(self.lock, attribute)
+
+    def _refuse(self, method=None):
+        raise NestedSolveError(
+            f"scipy's {self.name} ({self.calls}) was started inside the dynamics of another "
+            f"solve by {self.name} on this thread, which holds scipy's lock on {self.name} while "
+            "it runs: the inner solve would wait forever. Nest different solvers: odeint's "
+            f"method= (or adjoint_method=) {self.other}, 'dopri5', 'bosh3', 'rkf23' or 'rk4', or "
+            "another of scipy's.", method=method)
+
+    def _acquire(self, method=None):
+        me = threading.get_ident()
+        if self.owner == me:
+            self._refuse(method)
+        self.lock.acquire()
+        try:
+            self.owner = me
+        except BaseException:  # an interrupt between the two must not leave it held
+            self.lock.release()
+            raise
+
+    def _release(self):
+        self.owner = None
+        self.lock.release()
+
+    def __enter__(self):  # scipy's, around one run
+        if self.solving and not self.running and self.owner == threading.get_ident():
+            self.running = True  # odeint's own run, inside its solve
+        else:
+            self._acquire()
+        return self
+
+    def __exit__(self, *exc):
+        if self.running:
+            self.running = False
+        else:
+            self._release()
+
+    @contextmanager
+    def solve(self, method):
+        """Held for the whole of one of odeint's solves by `method`."""
+        self._acquire(method)
+        try:
+            self.solving = True
+            yield
+        finally:
+            self.solving = False
+            self._release()
+
+
+_LOCKS = {}  # odeint's method: the _SolverLock of the scipy solver it runs (none on scipy 1.17)
+for _name, _methods, _solver, _calls, _other in (
+        ("VODE_LOCK", ("adams", "bdf"), "VODE", "ode's 'vode' or 'zvode', odeint's 'adams' or "
+         "'bdf'", "'lsoda'"),
+        ("LSODA_LOCK", ("lsoda",), "LSODA", "solve_ivp's 'LSODA', ode's 'lsoda', odeint's "
+         "'lsoda'", "'adams', 'bdf'")):
+    _found = getattr(_ode, _name, None)  # scipy 1.16's names; scipy 1.17 nests without locks
+    if _found is not None:
+        if not hasattr(_found, "solving"):  # not wrapped yet
+            _found = _SolverLock(_found, _solver, _calls, _other)
+            setattr(_ode, _name, _found)
+        _LOCKS.update(dict.fromkeys(_methods, _found))
+
+
 @contextmanager
 def _exclusive(method):
-    """Hold the one process-wide right to run VODE/LSODA (see the module docstring)."""
+    """Hold the one process-wide right to run VODE/LSODA (see the module docstring), and scipy's
+    lock on the solver that `method` runs. Never waits for the first holding the second: the
+    thread with the first may want the second in its dynamics (VODE inside 'lsoda'), and a
+    thread in scipy's solve holds the second and may want the first (odeint in its dynamics)."""
     global _owner
-    if _owner == threading.get_ident():
-        raise ODESolverError(
+    me = threading.get_ident()
+    if _owner == me:
+        raise NestedSolveError(
             f"method={method!r} was called from inside the dynamics of another odeint solve that "
             "uses scipy's VODE/LSODA. Those solvers keep global state and cannot be nested; give "
             "the inner odeint method='dopri5', 'bosh3', 'rkf23' or 'rk4' (pure Python, "
             "re-entrant).",
             method=method)
-    with _lock:
-        _owner = threading.get_ident()
-        try:
-            yield
-        finally:
-            _owner = None
-
-
-_LIBRARY = {"adams": "vode", "bdf": "vode", "lsoda": "lsoda"}  # the compiled solver of each
-_in_dynamics = threading.local()  # .library: the solver whose dynamics this thread is running
-_NESTED = {"vode": ("VODE", "scipy.integrate.ode's 'vode' or 'zvode'", "'lsoda'"),
-           "lsoda": ("LSODA", "solve_ivp's 'LSODA' or scipy.integrate.ode's 'lsoda'",
-                     "'adams', 'bdf'")}
-
-
-class _SolverLock:
-    """scipy's lock around each run of one of its compiled solvers ('vode' or 'lsoda'), but
-    raising ODESolverError where the caller is the dynamics of this thread's own solve by that
-    solver, whose run holds the lock (the plain lock would wait forever)."""
-
-    def __init__(self, lock, library):
-        self.lock, self.library = lock, library
-
-    def __enter__(self):
-        if getattr(_in_dynamics, "library", None) == self.library:
-            name, calls, other = _NESTED[self.library]
-            raise ODESolverError(
-                f"func ran scipy's {name} ({calls}) inside odeint's own solve by {name}, whose "
-                f"run holds scipy's lock on it: scipy cannot nest {name} (it would wait "
-                f"forever). Give odeint method={other}, 'dopri5', 'bosh3', 'rkf23' or 'rk4', "
-                "or the inner solve another solver.")
-        return self.lock.__enter__()
-
-    def __exit__(self, *exc):
-        return self.lock.__exit__(*exc)
-
-
-for _name, _library in (("VODE_LOCK", "vode"), ("LSODA_LOCK", "lsoda")):
-    _found = getattr(_ode, _name, None)  # scipy 1.16's names; scipy 1.17 nests without locks
-    if _found is not None and not isinstance(_found, _SolverLock):
-        setattr(_ode, _name, _SolverLock(_found, _library))
+    scipy_lock = _LOCKS.get(method)
+    while True:
+        with scipy_lock.solve(method) if scipy_lock is not None else nullcontext():
+            if _lock.acquire(timeout=-1 if scipy_lock is None else 0.001):
+                try:
+                    _owner = me
+                    yield
+                finally:
+                    _owner = None
+                    _lock.release()
+                return
+        time.sleep(0.001)  # scipy's lock let go: its waiters run
 
 
 _catch = {}  # this process's file for _solver_messages, by process id (a fork gets its own)
@@ -259,15 +314,13 @@ def _quoted(messages):
 class _Guarded:
     """The dynamics as the compiled solver sees them: counted, checked, never raising."""
 
-    def __init__(self, fun, size, counts, library):
+    def __init__(self, fun, size, counts):
         self.fun, self.zeros, self.counts, self.error = fun, np.zeros(size), counts, None
-        self.library = library
 
     def __call__(self, y, t):
         if self.error is not None:
             return self.zeros
         self.counts.nfe += 1
-        outer, _in_dynamics.library = getattr(_in_dynamics, "library", None), self.library
         try:
             f = self.fun(y, t)
             if not all_finite(f):
@@ -278,8 +331,6 @@ class _Guarded:
         except BaseException as e:  # noqa: BLE001 -- re-raised by `check` after the solve
             self.error = e
             return self.zeros
-        finally:
-            _in_dynamics.library = outer
 
     def check(self, method):
         if self.error is not None:
@@ -344,6 +395,17 @@ def _illegal_input(method, y0, t, rtol, atol):
             f"the start for its step-size arithmetic (t[1] - t[0] = {t[1] - t[0]:.3g})")
 
 
+def _reclaim(solver, method):
+    """Give odeint's integrator back scipy's handle on the solver's global state where another
+    integrator took it (scipy's ode takes the handle before its lock: a refused solve in the
+    dynamics, another thread's waiting for odeint's to end). While odeint holds the lock no other
+    run of that solver comes between its steps, so the state is still its own; the other
+    integrator keeps the handle too, and its first run starts afresh."""
+    integrator = solver._integrator
+    if method in _LOCKS and integrator.initialized:
+        integrator.handle = type(integrator).active_global_handle
+
+
 def solve(fun, y0, t, method, rtol, atol, max_steps, counts, jacobian=None):
     """Solve dy/dt = fun(y, t) for a 1-D float64 y0, returning ys: ys[i] is the state at t[i]
     (t strictly monotonic). rtol and atol are scalars or arrays of y0's size; `counts` (a Counts)
@@ -351,7 +413,7 @@ def solve(fun, y0, t, method, rtol, atol, max_steps, counts, jacobian=None):
     solver fails (its `t` the time the solver reached), and re-raises whatever `fun` raised.
     """
     refuse_broken(method)
-    guarded, failure = _Guarded(fun, y0.size, counts, _LIBRARY[method]), None
+    guarded, failure = _Guarded(fun, y0.size, counts), None
     ys = np.empty((len(t), y0.size))
     ys[0] = y0
     # Overflow and nan in the dynamics are reported by _Guarded as an error, not a numpy warning.
@@ -362,6 +424,7 @@ def solve(fun, y0, t, method, rtol, atol, max_steps, counts, jacobian=None):
         solver = _integrator(guarded, y0, t[0], method, rtol, atol, max_steps, jacobian)
         steps = 0
         for i in range(1, len(t)):
+            _reclaim(solver, method)
             ys[i] = solver.integrate(t[i])
             if guarded.error is not None:
                 break

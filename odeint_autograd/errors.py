@@ -26,6 +26,15 @@ class ODESolverError(RuntimeError):
         return f"odeint{solver} failed{which}{where}: {self.reason}"
 
 
+class NestedSolveError(ODESolverError):
+    """A solve by one of scipy's compiled solvers (VODE, LSODA) started inside the dynamics of
+    another by the same solver, which cannot nest. Where no odeint was the inner or the outer
+    solve (`method` None: scipy's own inside scipy's), the message is the reason alone."""
+
+    def __str__(self):
+        return super().__str__() if self.method else self.reason
+
+
 def all_finite(f):
     """Whether a float array holds no nan or inf: its sum is nan or inf if any entry is (or if it
     overflows, when the entry-wise check decides). One pass and no boolean array, and no BLAS:

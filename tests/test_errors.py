@@ -445,62 +445,171 @@ def test_nested_scipy_solves_are_refused_and_leave_the_outer_state_intact(inner)
 
 
 # Each case in a process of its own, since a regression would wait forever on scipy's lock.
-_SCIPY_INSIDE = """
-import sys, threading
+_SCIPY_NESTED = """
+import sys, threading, time
 import numpy as np
 from scipy.integrate import ode, solve_ivp
 from odeint_autograd import ODESolverError, odeint
 
-def inner(y, how):  # y(0.1) of dz/dt = -z from z(0) = y, by one of scipy's own solvers
+def scipy_solve(f, y, t1, how):  # z(t1) of dz/dt = f(z) from z(0) = y by one of scipy's solvers
     if how == "solve_ivp LSODA":
-        return solve_ivp(lambda t, z: -z, [0, 0.1], y, method="LSODA", rtol=1e-10,
+        return solve_ivp(lambda t, z: f(z), [0, t1], y, method="LSODA", rtol=1e-10,
                          atol=1e-12).y[:, -1]
-    r = ode(lambda t, z: -z).set_integrator(how.split()[1], rtol=1e-10, atol=1e-12)
-    return r.set_initial_value(y, 0.0).integrate(0.1)
+    r = ode(lambda t, z: f(z.real)).set_integrator(how.split()[1], rtol=1e-10, atol=1e-12)
+    r.set_initial_value(y, 0.0).integrate(t1 / 2)  # two runs: the second checks scipy's handle
+    return r.integrate(t1).real
 
-method, how = sys.argv[1], sys.argv[2]
-if how == "other thread":  # another thread's LSODA run waits for ours, then runs
+def decay(z):
+    return -z
+
+def caught(inner, y):  # inner(y), or, where it is refused, its exact value
+    try:
+        return inner(y)
+    except ODESolverError:
+        return y * np.exp(-0.1)
+
+def odeint_decay(z):  # z(0.1) of dz/dt = -z by odeint
+    return odeint(lambda y, t: -y, z, [0.0, 0.1], method=method, rtol=1e-10, atol=1e-12)[-1]
+
+def solve(where, y0):  # dz/dt = exp(-0.1) z over [0, 1]: one solver nested in the other
+    t = [0.0, 0.5, 1.0]
+    if where == "inside odeint":
+        return odeint(lambda y, t: scipy_solve(decay, y, 0.1, how), y0, t, method=method,
+                      rtol=1e-10, atol=1e-10)[-1]
+    if where == "caught inside odeint":
+        return odeint(lambda y, t: caught(lambda y: scipy_solve(decay, y, 0.1, how), y), y0, t,
+                      method=method, rtol=1e-10, atol=1e-10)[-1]
+    if where == "inside odeint's adjoint":  # only the gradient's backward solve nests
+        import autograd
+        from autograd.extend import primitive, defvjp
+        g = primitive(lambda y: y)
+        defvjp(g, lambda ans, y: lambda v: scipy_solve(decay, v, 0.1, how) * np.exp(0.1))
+        return autograd.grad(lambda y: odeint(lambda y, t: -g(y), y, t,
+                             method="lsoda" if method != "lsoda" else "adams",
+                             adjoint_method=method, rtol=1e-10, atol=1e-10)[-1].sum())(y0)
+    if where == "odeint caught inside it":
+        return scipy_solve(lambda z: caught(odeint_decay, z), y0, 1.0, how)
+    if where.startswith("scipy's "):  # where: "scipy's <inner> inside it"
+        inner = where[len("scipy's "):-len(" inside it")]
+        return scipy_solve(lambda z: scipy_solve(decay, z, 0.1, inner), y0, 1.0, how)
+    return scipy_solve(odeint_decay, y0, 1.0, how)
+
+method, how, where = sys.argv[1:]
+if how == "other thread":  # another thread's LSODA run waits for odeint's solve, then runs
     out = {}
     def other():
-        out["y"] = inner(np.ones(1), "ode lsoda")
+        out["y"] = scipy_solve(decay, np.ones(1), 0.1, "ode lsoda")
     def f(y, t):
         if "thread" not in out:
             out["thread"] = threading.Thread(target=other)
             out["thread"].start()
+            time.sleep(0.2)
         return -y
-    ys = odeint(f, np.ones(1), [0.0, 1.0], method=method)
+    ys = odeint(f, np.ones(1), [0.0, 0.5, 1.0], method=method)
     out["thread"].join()
     print("ok", ys[-1][0], out["y"][0])
+elif how == "two threads":  # odeint in scipy's LSODA on one thread, odeint's LSODA on another
+    out = {}
+    def other():
+        out["y"] = odeint(lambda y, t: -y, np.ones(1), [0.0, 1.0], method="lsoda")[-1]
+    def f(z):
+        if "thread" not in out:
+            out["thread"] = threading.Thread(target=other)
+            out["thread"].start()
+            time.sleep(0.2)  # the other thread is waiting on a lock now
+        return odeint_decay(z)
+    y = ode(lambda t, z: f(z)).set_integrator("lsoda", rtol=1e-10, atol=1e-12).set_initial_value(
+        np.ones(1), 0.0).integrate(1.0)  # one run, which the other thread's solve must not split
+    out["thread"].join()
+    print("ok", y[0], out["y"][0])
+elif how == "crossed threads":  # scipy VODE in odeint LSODA on one thread, odeint VODE on another
+    out = {}
+    def other():
+        out["y"] = odeint(lambda y, t: -y, np.ones(1), [0.0, 1.0], method="adams")[-1]
+    def f(y, t):
+        if "thread" not in out:
+            out["thread"] = threading.Thread(target=other)
+            out["thread"].start()
+            time.sleep(0.2)  # the other thread holds scipy's VODE lock now
+        return scipy_solve(decay, y, 0.1, "ode vode")
+    y = odeint(f, np.ones(1), [0.0, 0.5, 1.0], method="lsoda", rtol=1e-10, atol=1e-10)[-1]
+    out["thread"].join()
+    print("ok", y[0], out["y"][0])
 else:
     try:
-        ys = odeint(lambda y, t: inner(y, how), np.ones(1), [0.0, 1.0], method=method,
-                    rtol=1e-10, atol=1e-10)
-        print("ok", ys[-1][0])
+        print("ok", solve(where, np.ones(1))[0])
     except ODESolverError as e:
-        print("refused", e)
+        print("refused", type(e).__name__, str(e).replace(chr(10), " "))
+    # either way, both solvers still work in this process
+    print(scipy_solve(decay, np.ones(1), 1.0, how)[0], odeint(
+        lambda y, t: -y, np.ones(1), [0.0, 1.0], method=method, rtol=1e-10, atol=1e-12)[-1][0])
 """
 
 
-@pytest.mark.parametrize("method,how", [
-    ("lsoda", "solve_ivp LSODA"), ("lsoda", "ode lsoda"), ("adams", "ode vode"),
-    ("bdf", "ode vode"), ("adams", "ode zvode"),  # scipy's lock on the solver odeint runs
-    ("lsoda", "ode vode"), ("adams", "ode lsoda"), ("bdf", "solve_ivp LSODA"),  # the other one
-    ("lsoda", "other thread"), ("adams", "other thread")])
-def test_scipy_solver_inside_the_dynamics_is_refused_only_where_scipy_would_wait_forever(
-        method, how):
-    run = subprocess.run([sys.executable, "-c", _SCIPY_INSIDE, method, how], timeout=120,
+def _run_nested(*args):
+    run = subprocess.run([sys.executable, "-c", _SCIPY_NESTED, *args], timeout=120,
                          capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
-    same = how != "other thread" and ("LSODA" if method == "lsoda" else "VODE") in how.upper()
-    if same:
-        assert run.stdout.startswith("refused") and "cannot nest" in run.stdout, run.stdout
-    else:  # dy/dt = exp(-0.1) y, solved; the other thread's run is right too
-        values = [float(v) for v in run.stdout.split()[1:]]
-        assert run.stdout.startswith("ok"), run.stdout
-        np.testing.assert_allclose(values[0], np.exp(np.exp(-0.1)) if how != "other thread"
-                                   else np.exp(-1.0), rtol=1e-6)
-        if how == "other thread":
-            np.testing.assert_allclose(values[1], np.exp(-0.1), rtol=1e-8)
+    return run.stdout.splitlines()
+
+
+_SAME = [("lsoda", "solve_ivp LSODA"), ("lsoda", "ode lsoda"), ("adams", "ode vode"),
+         ("bdf", "ode vode"), ("adams", "ode zvode")]  # scipy's lock on the solver odeint runs
+_OTHER = [("lsoda", "ode vode"), ("adams", "ode lsoda"), ("bdf", "solve_ivp LSODA")]
+
+
+@pytest.mark.parametrize("where", ["inside odeint", "odeint inside it", "caught inside odeint",
+                                   "odeint caught inside it"])
+@pytest.mark.parametrize("method,how", _SAME + _OTHER)
+def test_scipy_solver_nested_with_odeint_is_refused_only_where_scipy_would_wait_forever(
+        method, how, where):
+    first, after = _run_nested(method, how, where)
+    name = "LSODA" if method == "lsoda" else "VODE"
+    if (method, how) in _SAME and "caught" not in where:
+        assert first.startswith(f"refused NestedSolveError odeint ({method}) failed"), first
+        assert "would wait forever" in first and f"scipy's {name}" in first, first
+        assert "'dopri5'" in first, first
+    else:  # dy/dt = exp(-0.1) y, solved; a refusal caught inside the outer solve leaves it whole
+        assert first.startswith("ok"), first
+        np.testing.assert_allclose(float(first.split()[1]), np.exp(np.exp(-0.1)), rtol=1e-6)
+    np.testing.assert_allclose([float(v) for v in after.split()], np.exp(-1.0), rtol=1e-7)
+
+
+@pytest.mark.parametrize("method,how", [("lsoda", "ode lsoda"), ("adams", "ode vode"),
+                                        ("lsoda", "ode vode")])
+def test_scipy_solver_in_the_adjoint_solve_is_refused_there(method, how):
+    first = _run_nested(method, how, "inside odeint's adjoint")[0]
+    if ("LSODA" if method == "lsoda" else "VODE") in how.upper():
+        assert first.startswith("refused") and "in the adjoint (backward) solve" in first, first
+        assert "adjoint_method=" in first, first
+    else:  # d/dy0 of y0 exp(-1), the backward dynamics' vjp e^0.1 e^-0.1 v = v: exp(-1)
+        np.testing.assert_allclose(float(first.split()[1]), np.exp(-1.0), rtol=1e-6)
+
+
+@pytest.mark.parametrize("method,outer,inner", [("lsoda", "ode lsoda", "solve_ivp LSODA"),
+                                                ("lsoda", "solve_ivp LSODA", "ode lsoda"),
+                                                ("adams", "ode vode", "ode zvode")])
+def test_scipy_nested_in_scipy_is_refused_without_naming_odeint(method, outer, inner):
+    first, after = _run_nested(method, outer, f"scipy's {inner} inside it")
+    assert first.startswith("refused NestedSolveError scipy's"), first
+    assert "would wait forever" in first, first
+    np.testing.assert_allclose([float(v) for v in after.split()], np.exp(-1.0), rtol=1e-7)
+
+
+@pytest.mark.parametrize("method", ["lsoda", "adams"])
+def test_scipy_solver_on_another_thread_waits_its_turn_and_runs(method):
+    first = _run_nested(method, "other thread", "-")[0]
+    assert first.startswith("ok"), first
+    np.testing.assert_allclose([float(v) for v in first.split()[1:]],
+                               [np.exp(-1.0), np.exp(-0.1)], rtol=1e-6)
+
+
+@pytest.mark.parametrize("case", ["two threads", "crossed threads"])
+def test_solvers_nested_on_one_thread_and_odeint_on_another_do_not_wait_on_each_other(case):
+    first = _run_nested("adams", case, "-")[0]
+    assert first.startswith("ok"), first
+    np.testing.assert_allclose([float(v) for v in first.split()[1:]],
+                               [np.exp(np.exp(-0.1)), np.exp(-1.0)], rtol=1e-6)
 
 
 def test_nested_solve_with_a_python_solver_works():
