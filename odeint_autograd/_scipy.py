@@ -12,7 +12,8 @@ solver did. Four properties of scipy's solvers shape this file:
   error (and serialises solves from different threads). scipy 1.16 guards each of the two with a
   lock of its own, taken for each run, so a solve by LSODA (or VODE) started from the dynamics of
   another on the same thread, odeint's inside scipy's or scipy's inside odeint's, would wait
-  forever: `_SolverLock` refuses it instead, and holds the lock for the whole of odeint's solve.
+  forever: `_SolverLock` refuses it instead. It is held for the whole of odeint's solve, and
+  checks the handle of scipy's other runs once they hold it (scipy checks before).
 - The solvers' own vector operations go through the OpenBLAS bundled with scipy's wheels, whose
   threads keep spinning after each call and take cores from the dynamics' own threads.
   `_scipy_blas_single_threaded` limits that library, and only that one (numpy's, used by the
@@ -29,7 +30,6 @@ import re
 import sys
 import tempfile
 import threading
-import time
 import warnings
 from contextlib import contextmanager, nullcontext
 
@@ -111,7 +111,7 @@ class _SolverLock:
     def __getattr__(self, attribute):  # acquire, release, locked: the plain lock's
         return getattr(self.lock, attribute)
 
-    def _refuse(self, method=None):
+    def refuse(self, method=None):
         raise NestedSolveError(
             f"scipy's {self.name} ({self.calls}) was started inside the dynamics of another "
             f"solve by {self.name} on this thread, which holds scipy's lock on {self.name} while "
@@ -122,7 +122,7 @@ class _SolverLock:
     def _acquire(self, method=None):
         me = threading.get_ident()
         if self.owner == me:
-            self._refuse(method)
+            self.refuse(method)
         self.lock.acquire()
         try:
             self.owner = me
@@ -134,11 +134,16 @@ class _SolverLock:
         self.owner = None
         self.lock.release()
 
-    def __enter__(self):  # scipy's, around one run
+    def __enter__(self):  # scipy's, around one run (in scipy's IntegratorBase.run)
         if self.solving and not self.running and self.owner == threading.get_ident():
             self.running = True  # odeint's own run, inside its solve
-        else:
-            self._acquire()
+            return self
+        self._acquire()
+        try:
+            _check_handle(sys._getframe(1).f_locals.get("self"))
+        except BaseException:
+            self._release()
+            raise
         return self
 
     def __exit__(self, *exc):
@@ -159,6 +164,20 @@ class _SolverLock:
             self._release()
 
 
+def _check_handle(integrator):
+    """scipy checks an integrator's handle on the solver's global state before it takes the lock,
+    so a run that waited there may find the state another solve's (an odeint solve ran while it
+    waited). A run that goes on from its integrator's last raises scipy's
+    IntegratorConcurrencyError, as it would have had it checked later; a first run (istate 1)
+    sets the state up afresh, and takes the handle back."""
+    if (not isinstance(integrator, _ode.IntegratorBase)
+            or integrator.handle is type(integrator).active_global_handle):
+        return
+    if integrator.call_args[3] != 1:
+        raise _ode.IntegratorConcurrencyError(type(integrator).__name__)
+    integrator.acquire_new_handle()
+
+
 _LOCKS = {}  # odeint's method: the _SolverLock of the scipy solver it runs (none on scipy 1.17)
 for _name, _methods, _solver, _calls, _other in (
         ("VODE_LOCK", ("adams", "bdf"), "VODE", "ode's 'vode' or 'zvode', odeint's 'adams' or "
@@ -173,13 +192,9 @@ for _name, _methods, _solver, _calls, _other in (
         _LOCKS.update(dict.fromkeys(_methods, _found))
 
 
-@contextmanager
-def _exclusive(method):
-    """Hold the one process-wide right to run VODE/LSODA (see the module docstring), and scipy's
-    lock on the solver that `method` runs. Never waits for the first holding the second: the
-    thread with the first may want the second in its dynamics (VODE inside 'lsoda'), and a
-    thread in scipy's solve holds the second and may want the first (odeint in its dynamics)."""
-    global _owner
+def _refuse_nested(method):
+    """Refuse a solve by `method` started inside the dynamics of one it cannot nest in, before it
+    takes anything (scipy's handle on the solver's state, a lock)."""
     me = threading.get_ident()
     if _owner == me:
         raise NestedSolveError(
@@ -188,18 +203,30 @@ def _exclusive(method):
             "the inner odeint method='dopri5', 'bosh3', 'rkf23' or 'rk4' (pure Python, "
             "re-entrant).",
             method=method)
+    if method in _LOCKS and _LOCKS[method].owner == me:
+        _LOCKS[method].refuse(method)
+
+
+@contextmanager
+def _exclusive(method):
+    """Hold the one process-wide right to run VODE/LSODA (see the module docstring), and scipy's
+    lock on the solver that `method` runs. Never waits for the first holding the second: the
+    thread with the first may want the second in its dynamics (VODE inside 'lsoda'), and a
+    thread in scipy's solve holds the second and may want the first (odeint in its dynamics)."""
+    global _owner
     scipy_lock = _LOCKS.get(method)
     while True:
         with scipy_lock.solve(method) if scipy_lock is not None else nullcontext():
-            if _lock.acquire(timeout=-1 if scipy_lock is None else 0.001):
+            if _lock.acquire(blocking=False):
                 try:
-                    _owner = me
+                    _owner = threading.get_ident()
                     yield
                 finally:
                     _owner = None
                     _lock.release()
                 return
-        time.sleep(0.001)  # scipy's lock let go: its waiters run
+        with _lock:  # wait for the solve that holds it, holding nothing
+            pass
 
 
 _catch = {}  # this process's file for _solver_messages, by process id (a fork gets its own)
@@ -356,6 +383,14 @@ def _integrator(guarded, y0, t0, method, rtol, atol, max_steps, jacobian):
     else:
         solver.set_integrator("lsoda", rtol=rtol, atol=atol, nsteps=max_steps, **diagonal)
     solver.set_initial_value(y0, t0)
+    if method in _LOCKS:
+        # scipy's ode takes its handle on the solver's global state in its first run, outside its
+        # lock. Taken here, before odeint's locks, it makes a solve part-way on another thread
+        # fail loudly at its next run instead of going on from the state this one leaves; and
+        # with the lock held for the whole solve no other run comes between this one's steps.
+        integrator = solver._integrator
+        integrator.acquire_new_handle()
+        integrator.initialized, integrator.check_handle = True, lambda: None
     return solver
 
 
@@ -395,17 +430,6 @@ def _illegal_input(method, y0, t, rtol, atol):
             f"the start for its step-size arithmetic (t[1] - t[0] = {t[1] - t[0]:.3g})")
 
 
-def _reclaim(solver, method):
-    """Give odeint's integrator back scipy's handle on the solver's global state where another
-    integrator took it (scipy's ode takes the handle before its lock: a refused solve in the
-    dynamics, another thread's waiting for odeint's to end). While odeint holds the lock no other
-    run of that solver comes between its steps, so the state is still its own; the other
-    integrator keeps the handle too, and its first run starts afresh."""
-    integrator = solver._integrator
-    if method in _LOCKS and integrator.initialized:
-        integrator.handle = type(integrator).active_global_handle
-
-
 def solve(fun, y0, t, method, rtol, atol, max_steps, counts, jacobian=None):
     """Solve dy/dt = fun(y, t) for a 1-D float64 y0, returning ys: ys[i] is the state at t[i]
     (t strictly monotonic). rtol and atol are scalars or arrays of y0's size; `counts` (a Counts)
@@ -413,42 +437,42 @@ def solve(fun, y0, t, method, rtol, atol, max_steps, counts, jacobian=None):
     solver fails (its `t` the time the solver reached), and re-raises whatever `fun` raised.
     """
     refuse_broken(method)
+    _refuse_nested(method)
     guarded, failure = _Guarded(fun, y0.size, counts), None
     ys = np.empty((len(t), y0.size))
     ys[0] = y0
     # Overflow and nan in the dynamics are reported by _Guarded as an error, not a numpy warning.
-    with _exclusive(method), _solver_messages() as printed, _scipy_blas_single_threaded(), \
-            warnings.catch_warnings(), np.errstate(all="ignore"):
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
         # scipy reports failures as warnings; they become exceptions below.
         warnings.filterwarnings("ignore", message="(vode|lsoda):")
         solver = _integrator(guarded, y0, t[0], method, rtol, atol, max_steps, jacobian)
-        steps = 0
-        for i in range(1, len(t)):
-            _reclaim(solver, method)
-            ys[i] = solver.integrate(t[i])
-            if guarded.error is not None:
-                break
-            if not solver.successful():
-                code = solver.get_return_code()
-                # -8: LSODA's answer to illegal input after five of them in a row
-                reason = (_illegal_input(method, y0, t, rtol, atol) if code in (-3, -8) else
-                          _ISTATE_MESSAGES.get(code, f"the solver returned istate = {code}")
-                          .format(max_steps=max_steps))
-                failure = reason, float(solver.t)
-                break
-            last_step, now = _internal(solver)
-            if last_step == 0 or (now - t[i]) * (t[-1] - t[0]) < 0:
-                failure = (
-                    f"{method} reported success at t = {float(t[i])!r} without stepping there "
-                    f"(its internal time reached {now!r}, its last step {last_step!r}): the "
-                    f"interval from {float(t[i - 1])!r} is too short for its step-size "
-                    "arithmetic (merge the two times), or the dynamics' rates (|f| / |y|) too "
-                    "large (rescale time)", now)
-                break
-            steps = _steps_taken(solver)
-        # after the dynamics raised, the solver stepped on through the zeros fed to it: only
-        # the steps to the last output time before are known to be real
-        counts.steps += steps if guarded.error is not None else _steps_taken(solver)
+        with _exclusive(method), _solver_messages() as printed, _scipy_blas_single_threaded():
+            steps = 0
+            for i in range(1, len(t)):
+                ys[i] = solver.integrate(t[i])
+                if guarded.error is not None:
+                    break
+                if not solver.successful():
+                    code = solver.get_return_code()
+                    # -8: LSODA's answer to illegal input after five of them in a row
+                    reason = (_illegal_input(method, y0, t, rtol, atol) if code in (-3, -8) else
+                              _ISTATE_MESSAGES.get(code, f"the solver returned istate = {code}")
+                              .format(max_steps=max_steps))
+                    failure = reason, float(solver.t)
+                    break
+                last_step, now = _internal(solver)
+                if last_step == 0 or (now - t[i]) * (t[-1] - t[0]) < 0:
+                    failure = (
+                        f"{method} reported success at t = {float(t[i])!r} without stepping there "
+                        f"(its internal time reached {now!r}, its last step {last_step!r}): the "
+                        f"interval from {float(t[i - 1])!r} is too short for its step-size "
+                        "arithmetic (merge the two times), or the dynamics' rates (|f| / |y|) too "
+                        "large (rescale time)", now)
+                    break
+                steps = _steps_taken(solver)
+            # after the dynamics raised, the solver stepped on through the zeros fed to it: only
+            # the steps to the last output time before are known to be real
+            counts.steps += steps if guarded.error is not None else _steps_taken(solver)
     guarded.check(method)
     if failure is not None:  # (why, the time reached), the solver's printed lines quoted
         reason, reached = failure

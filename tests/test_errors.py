@@ -10,6 +10,7 @@ import autograd.numpy as anp
 import numpy as np
 import pytest
 from autograd import grad
+from scipy.integrate import _ode as scipy_ode
 
 from odeint_autograd import DEFAULT_TOL, METHODS, ODESolverError, odeint
 from odeint_autograd._scipy import _solver_messages
@@ -495,10 +496,11 @@ def solve(where, y0):  # dz/dt = exp(-0.1) z over [0, 1]: one solver nested in t
     return scipy_solve(odeint_decay, y0, 1.0, how)
 
 method, how, where = sys.argv[1:]
-if how == "other thread":  # another thread's LSODA run waits for odeint's solve, then runs
+ode_name = "lsoda" if method == "lsoda" else "vode"  # scipy's name of odeint's solver
+if how == "other thread":  # another thread's solve by the same solver waits for odeint's
     out = {}
     def other():
-        out["y"] = scipy_solve(decay, np.ones(1), 0.1, "ode lsoda")
+        out["y"] = scipy_solve(decay, np.ones(1), 0.1, "ode " + ode_name)
     def f(y, t):
         if "thread" not in out:
             out["thread"] = threading.Thread(target=other)
@@ -610,6 +612,36 @@ def test_solvers_nested_on_one_thread_and_odeint_on_another_do_not_wait_on_each_
     assert first.startswith("ok"), first
     np.testing.assert_allclose([float(v) for v in first.split()[1:]],
                                [np.exp(np.exp(-0.1)), np.exp(-1.0)], rtol=1e-6)
+
+
+@pytest.mark.skipif(not hasattr(scipy_ode, "LSODA_LOCK"), reason="scipy 1.16's locks")
+@pytest.mark.parametrize("method,name", [("lsoda", "lsoda"), ("adams", "vode")])
+def test_a_scipy_run_that_waited_while_odeint_solved_is_refused_or_starts_afresh(method, name):
+    """scipy checks an integrator's handle before it takes its lock: a run that passed the check
+    and then waited while an odeint solve ran (simulated: its check skipped) must not go on from
+    the state odeint left; a first run starts afresh and keeps going."""
+    def fresh():
+        return scipy_ode.ode(lambda t, z: -z).set_integrator(
+            name, rtol=1e-10, atol=1e-12).set_initial_value(np.ones(1), 0.0)
+
+    def skip_check(integrator):
+        integrator.check_handle = lambda: None
+
+    part_way = fresh()
+    part_way.integrate(0.5)
+    odeint(decay, Y0, [0.0, 2.0], method=method)
+    skip_check(part_way._integrator)
+    with pytest.raises(scipy_ode.IntegratorConcurrencyError):
+        part_way.integrate(1.0)
+
+    first = fresh()
+    first._integrator.acquire_new_handle()  # its first run's, before it waited for the lock
+    first._integrator.initialized = True
+    skip_check(first._integrator)
+    odeint(decay, Y0, [0.0, 2.0], method=method)
+    assert first.integrate(0.5)[0] == pytest.approx(np.exp(-0.5), rel=1e-8)
+    del first._integrator.check_handle  # scipy's own check again
+    assert first.integrate(1.0)[0] == pytest.approx(np.exp(-1.0), rel=1e-8)
 
 
 def test_nested_solve_with_a_python_solver_works():
