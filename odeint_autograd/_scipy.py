@@ -383,15 +383,18 @@ def _integrator(guarded, y0, t0, method, rtol, atol, max_steps, jacobian):
     else:
         solver.set_integrator("lsoda", rtol=rtol, atol=atol, nsteps=max_steps, **diagonal)
     solver.set_initial_value(y0, t0)
+    return solver
+
+
+def _take_handle(solver, method):
+    """Give odeint's integrator scipy's handle on the solver's global state, once odeint holds
+    scipy's lock for its whole solve: another integrator part-way through a solve then fails
+    loudly at its next run (IntegratorConcurrencyError) instead of going on from the state this
+    solve leaves. This one, holding the lock throughout, needs no check of its own."""
     if method in _LOCKS:
-        # scipy's ode takes its handle on the solver's global state in its first run, outside its
-        # lock. Taken here, before odeint's locks, it makes a solve part-way on another thread
-        # fail loudly at its next run instead of going on from the state this one leaves; and
-        # with the lock held for the whole solve no other run comes between this one's steps.
         integrator = solver._integrator
         integrator.acquire_new_handle()
         integrator.initialized, integrator.check_handle = True, lambda: None
-    return solver
 
 
 def _steps_taken(solver):
@@ -447,6 +450,7 @@ def solve(fun, y0, t, method, rtol, atol, max_steps, counts, jacobian=None):
         warnings.filterwarnings("ignore", message="(vode|lsoda):")
         solver = _integrator(guarded, y0, t[0], method, rtol, atol, max_steps, jacobian)
         with _exclusive(method), _solver_messages() as printed, _scipy_blas_single_threaded():
+            _take_handle(solver, method)
             steps = 0
             for i in range(1, len(t)):
                 ys[i] = solver.integrate(t[i])

@@ -200,6 +200,24 @@ def executors_block():
                "load average before"], rows)])
 
 
+def threads_block():
+    """benchmarks/threads.py: odeint and scipy's ode on two threads, every answer checked."""
+    data = benchmark("threads")
+    if data is None:
+        return "Threads benchmark: not run yet (`python benchmarks/threads.py`)."
+
+    def outcomes(tally):
+        return ", ".join(f"{key} {tally[key]}" for key in sorted(tally))
+
+    rows = [[row["method"], outcomes(row["odeint_outcomes"]), row["scipy"],
+             outcomes(row["scipy_outcomes"])] for row in data["rows"]]
+    return "\n\n".join([
+        f"`{data['command']}` ({data['date']}): {data['seconds']:g} s per method, switch "
+        f"interval {data['switch_interval']:g} s; wrong or failed answers in all: "
+        f"{data['wrong_or_failed']}.",
+        table(["odeint method", "odeint's outcomes", "beside", "scipy's outcomes"], rows)])
+
+
 def blocks():
     """{block name: markdown} for docs/benchmarks.md."""
     return {"benchmarks": "\n\n".join(["### Spiral demo: against autograd and torchdiffeq",
@@ -207,4 +225,4 @@ def blocks():
                                          "direct backprop O(steps)", memory_block()]),
             "tf_overhead": tf_overhead_block(), "mnist_step": mnist_step_block(),
             "nfe_ratio": nfe_ratio_block(), "executors": executors_block(),
-            "spirals_adjoint": spirals_adjoint_block()}
+            "spirals_adjoint": spirals_adjoint_block(), "threads": threads_block()}

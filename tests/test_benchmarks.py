@@ -97,3 +97,16 @@ def test_mnist_step_counts_and_matches_pytorch(tmp_path):
         ours, theirs = rows[name]["ours"]["first_loss"], rows[name]["pytorch"]["first_loss"]
         assert abs(ours - theirs) < tol * abs(theirs), name
         assert rows[name]["ratio"] > 0
+
+
+def test_threads_checks_every_answer(tmp_path):
+    """odeint and scipy's ode on two threads, swapping often: no answer of either is wrong."""
+    out = tmp_path / "threads.json"
+    status = load("threads").main(["--seconds", "1", "--methods", "lsoda", "adams",
+                                   "--out", str(out)])
+    data = json.loads(out.read_text())
+    assert status == 0 and data["wrong_or_failed"] == 0
+    for row in data["rows"]:
+        assert row["odeint_outcomes"].get("right", 0) > 0 < row["scipy_outcomes"].get("right", 0)
+        assert set(row["odeint_outcomes"]) <= {"right"}, row  # odeint holds the lock throughout
+        assert set(row["scipy_outcomes"]) <= {"right", "IntegratorConcurrencyError"}, row
