@@ -61,8 +61,10 @@ def odeint(func, y0, t, args=(), *, rtol=None, atol=None, method="lsoda",
     'lsoda': solve_ivp's 'LSODA', ode's 'lsoda'; VODE under 'adams', 'bdf': ode's 'vode',
     'zvode'; by adjoint_method in the backward solve), which cannot nest: that raises
     NestedSolveError (an ODESolverError), as an odeint by VODE or LSODA inside func does; caught
-    inside the outer dynamics, it leaves the outer solve whole. Another thread's runs of that
-    solver wait while odeint solves.
+    inside the outer dynamics, it leaves the outer solve whole (two threads that nest them in
+    opposite orders still wait on each other, as scipy's own do). Another thread's runs of that
+    solver wait while odeint solves; a solve of scipy's part-way there then fails at its next
+    run with scipy's IntegratorConcurrencyError, as between two of scipy's own.
     y0 has any shape; t is 1-D, at least two strictly increasing or strictly decreasing times.
     Returns an array (len(t),) + y0.shape whose first row is y0. Gradients (any order) flow to
     y0, every entry of t and every float array in `args` (a tuple; its entries may be arrays,

@@ -8,12 +8,13 @@ solver did. Four properties of scipy's solvers shape this file:
   which keeps the first exception, feeds the solver zeros so that it finishes quickly, and the
   exception is raised once the solver has returned.
 - VODE and LSODA keep their state in process-wide variables: a solve started from inside the
-  dynamics of another corrupts the outer one. `_exclusive` refuses such nested solves with a clear
-  error (and serialises solves from different threads). scipy 1.16 guards each of the two with a
-  lock of its own, taken for each run, so a solve by LSODA (or VODE) started from the dynamics of
-  another on the same thread, odeint's inside scipy's or scipy's inside odeint's, would wait
-  forever: `_SolverLock` refuses it instead. It is held for the whole of odeint's solve, and
-  checks the handle of scipy's other runs once they hold it (scipy checks before).
+  dynamics of another corrupts the outer one. `_refuse_nested` refuses such nested solves with a
+  clear error, and `_exclusive` serialises solves from different threads. scipy 1.16 guards each
+  of the two with a lock of its own, taken for each run, so a solve by LSODA (or VODE) started
+  from the dynamics of another on the same thread, odeint's inside scipy's or scipy's inside
+  odeint's, would wait forever: `_SolverLock` refuses it instead. odeint holds it for the whole
+  of its solve, and it checks the handle of scipy's other runs once they hold it (scipy checks
+  before, so a run that waited could go on from another solve's state).
 - The solvers' own vector operations go through the OpenBLAS bundled with scipy's wheels, whose
   threads keep spinning after each call and take cores from the dynamics' own threads.
   `_scipy_blas_single_threaded` limits that library, and only that one (numpy's, used by the
@@ -100,13 +101,15 @@ class _SolverLock:
     thread holds it. A solve by that solver started on the holding thread, in the dynamics of
     the running one, raises NestedSolveError instead of waiting forever, either way round
     (scipy's inside odeint's, odeint's inside scipy's). odeint holds it for the whole of its
-    solve (`solving`), letting its own runs through: no other run of the solver comes between
-    its steps, so its state in the solver's global variables is intact."""
+    solve (`solve`), letting the runs of its own integrator through: any other run of the solver
+    between its steps, even on its thread (a signal handler's), is refused, so odeint's state in
+    the solver's global variables is intact."""
 
     def __init__(self, lock, name, calls, other):
         self.lock, self.name, self.calls, self.other = lock, name, calls, other
         self.owner = None  # the thread holding it
-        self.solving = self.running = False  # held by odeint's solve; one of its runs under way
+        self.own = None  # the integrator of the odeint solve holding it
+        self.running = False  # one of its runs under way
 
     def __getattr__(self, attribute):  # acquire, release, locked: the plain lock's
         return getattr(self.lock, attribute)
@@ -135,12 +138,14 @@ class _SolverLock:
         self.lock.release()
 
     def __enter__(self):  # scipy's, around one run (in scipy's IntegratorBase.run)
-        if self.solving and not self.running and self.owner == threading.get_ident():
-            self.running = True  # odeint's own run, inside its solve
+        integrator = sys._getframe(1).f_locals.get("self")
+        if (integrator is not None and integrator is self.own and not self.running
+                and self.owner == threading.get_ident()):
+            self.running = True  # a run of the odeint solve that holds the lock
             return self
         self._acquire()
         try:
-            _check_handle(sys._getframe(1).f_locals.get("self"))
+            _check_handle(integrator)
         except BaseException:
             self._release()
             raise
@@ -153,14 +158,20 @@ class _SolverLock:
             self._release()
 
     @contextmanager
-    def solve(self, method):
-        """Held for the whole of one of odeint's solves by `method`."""
+    def solve(self, method, integrator):
+        """Held for the whole of one of odeint's solves by `method` with scipy's `integrator`,
+        which takes scipy's handle on the solver's state once it is held: another integrator
+        part-way through a solve then fails loudly at its next run (IntegratorConcurrencyError)
+        instead of going on from the state this solve leaves. This one, holding the lock
+        throughout, needs no check of its own."""
         self._acquire(method)
         try:
-            self.solving = True
+            integrator.acquire_new_handle()
+            integrator.initialized, integrator.check_handle = True, lambda: None
+            self.own = integrator
             yield
         finally:
-            self.solving = False
+            self.own = None
             self._release()
 
 
@@ -186,7 +197,7 @@ for _name, _methods, _solver, _calls, _other in (
          "'lsoda'", "'adams', 'bdf'")):
     _found = getattr(_ode, _name, None)  # scipy 1.16's names; scipy 1.17 nests without locks
     if _found is not None:
-        if not hasattr(_found, "solving"):  # not wrapped yet
+        if not hasattr(_found, "own"):  # not wrapped yet
             _found = _SolverLock(_found, _solver, _calls, _other)
             setattr(_ode, _name, _found)
         _LOCKS.update(dict.fromkeys(_methods, _found))
@@ -208,15 +219,17 @@ def _refuse_nested(method):
 
 
 @contextmanager
-def _exclusive(method):
+def _exclusive(method, solver):
     """Hold the one process-wide right to run VODE/LSODA (see the module docstring), and scipy's
-    lock on the solver that `method` runs. Never waits for the first holding the second: the
-    thread with the first may want the second in its dynamics (VODE inside 'lsoda'), and a
-    thread in scipy's solve holds the second and may want the first (odeint in its dynamics)."""
+    lock on the solver that `method` runs, for `solver` (scipy's ode). Never waits for the first
+    holding the second: the thread with the first may want the second in its dynamics (VODE
+    inside 'lsoda'), and a thread in scipy's solve holds the second and may want the first
+    (odeint in its dynamics)."""
     global _owner
     scipy_lock = _LOCKS.get(method)
     while True:
-        with scipy_lock.solve(method) if scipy_lock is not None else nullcontext():
+        with (scipy_lock.solve(method, solver._integrator) if scipy_lock is not None
+              else nullcontext()):
             if _lock.acquire(blocking=False):
                 try:
                     _owner = threading.get_ident()
@@ -386,17 +399,6 @@ def _integrator(guarded, y0, t0, method, rtol, atol, max_steps, jacobian):
     return solver
 
 
-def _take_handle(solver, method):
-    """Give odeint's integrator scipy's handle on the solver's global state, once odeint holds
-    scipy's lock for its whole solve: another integrator part-way through a solve then fails
-    loudly at its next run (IntegratorConcurrencyError) instead of going on from the state this
-    solve leaves. This one, holding the lock throughout, needs no check of its own."""
-    if method in _LOCKS:
-        integrator = solver._integrator
-        integrator.acquire_new_handle()
-        integrator.initialized, integrator.check_handle = True, lambda: None
-
-
 def _steps_taken(solver):
     """The number of steps the solver took. scipy's `ode` has no public accessor for it; VODE and
     LSODA both document it as their optional output IWORK(11), which scipy keeps in the private
@@ -449,8 +451,8 @@ def solve(fun, y0, t, method, rtol, atol, max_steps, counts, jacobian=None):
         # scipy reports failures as warnings; they become exceptions below.
         warnings.filterwarnings("ignore", message="(vode|lsoda):")
         solver = _integrator(guarded, y0, t[0], method, rtol, atol, max_steps, jacobian)
-        with _exclusive(method), _solver_messages() as printed, _scipy_blas_single_threaded():
-            _take_handle(solver, method)
+        with _exclusive(method, solver), _solver_messages() as printed, \
+                _scipy_blas_single_threaded():
             steps = 0
             for i in range(1, len(t)):
                 ys[i] = solver.integrate(t[i])

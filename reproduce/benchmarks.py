@@ -213,8 +213,8 @@ def threads_block():
              outcomes(row["scipy_outcomes"])] for row in data["rows"]]
     return "\n\n".join([
         f"`{data['command']}` ({data['date']}): {data['seconds']:g} s per method, switch "
-        f"interval {data['switch_interval']:g} s; wrong or failed answers in all: "
-        f"{data['wrong_or_failed']}.",
+        f"interval {data['switch_interval']:g} s; odeint's answers not right and scipy's wrong or "
+        f"failed, in all: {data['wrong_or_failed']}.",
         table(["odeint method", "odeint's outcomes", "beside", "scipy's outcomes"], rows)])
 
 

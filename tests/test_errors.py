@@ -524,6 +524,21 @@ elif how == "two threads":  # odeint in scipy's LSODA on one thread, odeint's LS
         np.ones(1), 0.0).integrate(1.0)  # one run, which the other thread's solve must not split
     out["thread"].join()
     print("ok", y[0], out["y"][0])
+elif how == "between steps":  # a solve by scipy on odeint's thread between two of its runs
+    seen = []
+    def hook(frame, event, arg):  # as a signal handler's would: when odeint checks a run
+        if event == "call" and frame.f_code.co_name == "successful" and not seen:
+            seen.append("ran")
+            try:
+                scipy_solve(lambda z: 5 * z, np.ones(1), 0.3, "ode " + ode_name)
+            except ODESolverError as e:
+                seen[0] = type(e).__name__
+    times = [0.0, 0.5, 1.0, 1.5, 2.0]
+    sys.setprofile(hook)
+    ys = odeint(lambda y, t: -y, np.ones(1), times, method=method, rtol=1e-10, atol=1e-12)
+    sys.setprofile(None)
+    print("ok" if np.allclose(ys[:, 0], np.exp(-np.array(times)), rtol=1e-7) else "wrong",
+          seen[0])
 elif how == "crossed threads":  # scipy VODE in odeint LSODA on one thread, odeint VODE on another
     out = {}
     def other():
@@ -604,6 +619,11 @@ def test_scipy_solver_on_another_thread_waits_its_turn_and_runs(method):
     assert first.startswith("ok"), first
     np.testing.assert_allclose([float(v) for v in first.split()[1:]],
                                [np.exp(-1.0), np.exp(-0.1)], rtol=1e-6)
+
+
+@pytest.mark.parametrize("method", ["lsoda", "adams"])
+def test_scipy_solver_run_on_odeints_thread_between_its_steps_is_refused(method):
+    assert _run_nested(method, "between steps", "-")[0] == "ok NestedSolveError"
 
 
 @pytest.mark.parametrize("case", ["two threads", "crossed threads"])
