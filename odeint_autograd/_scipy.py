@@ -102,8 +102,8 @@ class _SolverLock:
     the running one, raises NestedSolveError instead of waiting forever, either way round
     (scipy's inside odeint's, odeint's inside scipy's). odeint holds it for the whole of its
     solve (`solve`), letting the runs of its own integrator through: any other run of the solver
-    between its steps, even on its thread (a signal handler's), is refused, so odeint's state in
-    the solver's global variables is intact."""
+    between its steps waits (on another thread) or is refused (on its own, a signal handler's),
+    so odeint's state in the solver's global variables is intact."""
 
     def __init__(self, lock, name, calls, other):
         self.lock, self.name, self.calls, self.other = lock, name, calls, other
@@ -171,7 +171,7 @@ class _SolverLock:
             self.own = integrator
             yield
         finally:
-            self.own = None
+            self.own, self.running = None, False  # running too: an interrupt may skip __exit__'s
             self._release()
 
 

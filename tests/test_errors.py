@@ -664,6 +664,30 @@ def test_a_scipy_run_that_waited_while_odeint_solved_is_refused_or_starts_afresh
     assert first.integrate(1.0)[0] == pytest.approx(np.exp(-1.0), rel=1e-8)
 
 
+@pytest.mark.skipif(not hasattr(scipy_ode, "LSODA_LOCK"), reason="scipy 1.16's locks")
+@pytest.mark.parametrize("method,name", [("lsoda", "lsoda"), ("adams", "vode")])
+def test_an_interrupt_as_one_of_odeints_runs_ends_leaves_both_solvers_usable(method, name):
+    """A KeyboardInterrupt can arrive as scipy calls the lock's __exit__ after a run of odeint's,
+    before its first line (simulated: a trace function raising there)."""
+    def interrupt(frame, event, arg):
+        if event == "call" and frame.f_code.co_qualname == "_SolverLock.__exit__":
+            sys.settrace(None)
+            raise KeyboardInterrupt
+
+    sys.settrace(interrupt)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            odeint(decay, Y0, [0.0, 1.0, 2.0], method=method)
+    finally:
+        sys.settrace(None)
+    solver = scipy_ode.ode(lambda t, z: -z).set_integrator(name, rtol=1e-10, atol=1e-12)
+    assert solver.set_initial_value(np.ones(1), 0.0).integrate(1.0)[0] == pytest.approx(
+        np.exp(-1.0), rel=1e-8)
+    np.testing.assert_allclose(odeint(decay, Y0, [0.0, 1.0], method=method, rtol=1e-10,
+                                      atol=1e-12)[-1], Y0 * np.exp(-1.0), rtol=1e-8)
+    assert not getattr(scipy_ode, name.upper() + "_LOCK").locked()
+
+
 def test_nested_solve_with_a_python_solver_works():
     def f(y, t):
         return -odeint(decay, np.ones(1), [0.0, 1.0], method="dopri5", rtol=1e-10,
