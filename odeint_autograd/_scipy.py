@@ -25,6 +25,7 @@ solver did. Four properties of scipy's solvers shape this file:
   descriptor 1, past sys.stdout and the warnings filter. `_solver_messages` catches that text
   during a solve: a failure's error quotes it, a success drops it.
 """
+import _thread
 import functools
 import os
 import re
@@ -92,27 +93,23 @@ def _scipy_blas_single_threaded():
     return _scipy_blas.limit(limits=1)
 
 
-_lock = threading.Lock()
-_owner = None
+_lock = threading.RLock()  # odeint's right to run VODE/LSODA; an RLock, which knows its owner
 
 
-class _SolverLock:
-    """scipy's lock around each run of one of its compiled solvers (scipy 1.16), knowing which
-    thread holds it. A solve by that solver started on the holding thread, in the dynamics of
-    the running one, raises NestedSolveError instead of waiting forever, either way round
+class _SolverLock(_thread.RLock):
+    """scipy's lock around each run of one of its compiled solvers (scipy 1.16), which knows the
+    thread that holds it. A solve by that solver started on the holding thread, in the dynamics
+    of the running one, raises NestedSolveError instead of waiting forever, either way round
     (scipy's inside odeint's, odeint's inside scipy's). odeint holds it for the whole of its
     solve (`solve`), letting the runs of its own integrator through: any other run of the solver
     between its steps waits (on another thread) or is refused (on its own, a signal handler's),
-    so odeint's state in the solver's global variables is intact."""
+    so odeint's state in the solver's global variables is intact. An RLock, so that ownership
+    and __exit__ are C's: an interrupt cannot leave it held."""
 
-    def __init__(self, lock, name, calls, other):
-        self.lock, self.name, self.calls, self.other = lock, name, calls, other
-        self.owner = None  # the thread holding it
+    def __init__(self, name, calls, other):
+        super().__init__()
+        self.name, self.calls, self.other = name, calls, other
         self.own = None  # the integrator of the odeint solve holding it
-        self.running = False  # one of its runs under way
-
-    def __getattr__(self, attribute):  # acquire, release, locked: the plain lock's
-        return getattr(self.lock, attribute)
 
     def refuse(self, method=None):
         raise NestedSolveError(
@@ -122,40 +119,25 @@ class _SolverLock:
             f"method= (or adjoint_method=) {self.other}, 'dopri5', 'bosh3', 'rkf23' or 'rk4', or "
             "another of scipy's.", method=method)
 
-    def _acquire(self, method=None):
-        me = threading.get_ident()
-        if self.owner == me:
-            self.refuse(method)
-        self.lock.acquire()
-        try:
-            self.owner = me
-        except BaseException:  # an interrupt between the two must not leave it held
-            self.lock.release()
-            raise
-
-    def _release(self):
-        self.owner = None
-        self.lock.release()
-
     def __enter__(self):  # scipy's, around one run (in scipy's IntegratorBase.run)
         integrator = sys._getframe(1).f_locals.get("self")
-        if (integrator is not None and integrator is self.own and not self.running
-                and self.owner == threading.get_ident()):
-            self.running = True  # a run of the odeint solve that holds the lock
-            return self
-        self._acquire()
+        own = integrator is not None and integrator is self.own
+        if self._is_owned() and not own:
+            self.refuse()
+        held = self._recursion_count()
         try:
-            _check_handle(integrator)
-        except BaseException:
-            self._release()
+            self.acquire()  # a second count where it is odeint's own run: __exit__ takes it
+            if not own:
+                _check_handle(integrator)
+        except BaseException:  # an interrupt as well: whatever this call took, it gives back
+            try:
+                while self._recursion_count() > held:
+                    self.release()
+            finally:  # again, where a second interrupt cut the first short
+                while self._recursion_count() > held:
+                    self.release()
             raise
         return self
-
-    def __exit__(self, *exc):
-        if self.running:
-            self.running = False
-        else:
-            self._release()
 
     @contextmanager
     def solve(self, method, integrator):
@@ -164,15 +146,22 @@ class _SolverLock:
         part-way through a solve then fails loudly at its next run (IntegratorConcurrencyError)
         instead of going on from the state this solve leaves. This one, holding the lock
         throughout, needs no check of its own."""
-        self._acquire(method)
+        if self._is_owned():
+            self.refuse(method)
         try:
+            self.acquire()
             integrator.acquire_new_handle()
             integrator.initialized, integrator.check_handle = True, lambda: None
             self.own = integrator
             yield
         finally:
-            self.own, self.running = None, False  # running too: an interrupt may skip __exit__'s
-            self._release()
+            self.own = None
+            try:
+                while self._is_owned():
+                    self.release()
+            finally:  # again, where an interrupt cut the first short
+                while self._is_owned():
+                    self.release()
 
 
 def _check_handle(integrator):
@@ -198,7 +187,7 @@ for _name, _methods, _solver, _calls, _other in (
     _found = getattr(_ode, _name, None)  # scipy 1.16's names; scipy 1.17 nests without locks
     if _found is not None:
         if not hasattr(_found, "own"):  # not wrapped yet
-            _found = _SolverLock(_found, _solver, _calls, _other)
+            _found = _SolverLock(_solver, _calls, _other)
             setattr(_ode, _name, _found)
         _LOCKS.update(dict.fromkeys(_methods, _found))
 
@@ -206,15 +195,14 @@ for _name, _methods, _solver, _calls, _other in (
 def _refuse_nested(method):
     """Refuse a solve by `method` started inside the dynamics of one it cannot nest in, before it
     takes anything (scipy's handle on the solver's state, a lock)."""
-    me = threading.get_ident()
-    if _owner == me:
+    if _lock._is_owned():
         raise NestedSolveError(
             f"method={method!r} was called from inside the dynamics of another odeint solve that "
             "uses scipy's VODE/LSODA. Those solvers keep global state and cannot be nested; give "
             "the inner odeint method='dopri5', 'bosh3', 'rkf23' or 'rk4' (pure Python, "
             "re-entrant).",
             method=method)
-    if method in _LOCKS and _LOCKS[method].owner == me:
+    if method in _LOCKS and _LOCKS[method]._is_owned():
         _LOCKS[method].refuse(method)
 
 
@@ -225,19 +213,21 @@ def _exclusive(method, solver):
     holding the second: the thread with the first may want the second in its dynamics (VODE
     inside 'lsoda'), and a thread in scipy's solve holds the second and may want the first
     (odeint in its dynamics)."""
-    global _owner
     scipy_lock = _LOCKS.get(method)
     while True:
         with (scipy_lock.solve(method, solver._integrator) if scipy_lock is not None
               else nullcontext()):
-            if _lock.acquire(blocking=False):
-                try:
-                    _owner = threading.get_ident()
+            try:
+                if _lock.acquire(blocking=False):
                     yield
-                finally:
-                    _owner = None
-                    _lock.release()
-                return
+                    return
+            finally:  # also where an interrupt came right after the acquire
+                try:
+                    while _lock._is_owned():
+                        _lock.release()
+                finally:  # again, where an interrupt cut the first short
+                    while _lock._is_owned():
+                        _lock.release()
         with _lock:  # wait for the solve that holds it, holding nothing
             pass
 
@@ -319,18 +309,18 @@ def _solver_messages():
     except (OSError, ValueError):
         yield caught
         return
-    os.dup2(file.fileno(), 1)
-    _redirected.append(saved)
-    try:
+    try:  # from the redirection on: an interrupt there must not leave descriptor 1 redirected
+        os.dup2(file.fileno(), 1)
+        _redirected[:] = [saved]
         yield caught
     finally:
         try:
             _flush_fortran()
             if sys.stdout is not None:
                 sys.stdout.flush()
-        finally:
-            _redirected.clear()
+        finally:  # descriptor 1 back first: an interrupt may come after any of these
             os.dup2(saved, 1)
+            _redirected.clear()
             os.close(saved)
         if os.fstat(file.fileno()).st_size:
             file.seek(0)

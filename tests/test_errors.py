@@ -666,26 +666,51 @@ def test_a_scipy_run_that_waited_while_odeint_solved_is_refused_or_starts_afresh
 
 @pytest.mark.skipif(not hasattr(scipy_ode, "LSODA_LOCK"), reason="scipy 1.16's locks")
 @pytest.mark.parametrize("method,name", [("lsoda", "lsoda"), ("adams", "vode")])
-def test_an_interrupt_as_one_of_odeints_runs_ends_leaves_both_solvers_usable(method, name):
-    """A KeyboardInterrupt can arrive as scipy calls the lock's __exit__ after a run of odeint's,
-    before its first line (simulated: a trace function raising there)."""
-    def interrupt(frame, event, arg):
-        if event == "call" and frame.f_code.co_qualname == "_SolverLock.__exit__":
-            sys.settrace(None)
-            raise KeyboardInterrupt
+@pytest.mark.parametrize("solver", ["odeint", "scipy"])
+def test_an_interrupt_anywhere_in_a_solve_leaves_both_solvers_usable(method, name, solver):
+    """A KeyboardInterrupt (Ctrl-C) raised in turn at each place in odeint's and scipy's solver
+    code where CPython would raise a signal's: as a Python function starts, and after a call to
+    a C function returns. Neither lock is left held, descriptor 1 is restored."""
+    from odeint_autograd import _scipy
+    scipy_lock, stdout = getattr(scipy_ode, name.upper() + "_LOCK"), os.readlink("/proc/self/fd/1")
 
-    sys.settrace(interrupt)
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            odeint(decay, Y0, [0.0, 1.0, 2.0], method=method)
-    finally:
-        sys.settrace(None)
-    solver = scipy_ode.ode(lambda t, z: -z).set_integrator(name, rtol=1e-10, atol=1e-12)
-    assert solver.set_initial_value(np.ones(1), 0.0).integrate(1.0)[0] == pytest.approx(
-        np.exp(-1.0), rel=1e-8)
+    def solve():
+        if solver == "odeint":
+            return odeint(decay, Y0, [0.0, 1.0, 2.0], method=method)[-1]
+        r = scipy_ode.ode(lambda t, z: -z).set_integrator(name).set_initial_value(Y0, 0.0)
+        return r.integrate(1.0), r.integrate(2.0)
+
+    def interrupted_at(k):
+        seen = [0]
+
+        def hook(frame, event, arg):
+            if (event in ("call", "c_return")
+                    and frame.f_code.co_filename.endswith(("_scipy.py", "_ode.py"))):
+                seen[0] += 1
+                if seen[0] == k:
+                    sys.setprofile(None)
+                    raise KeyboardInterrupt
+
+        sys.setprofile(hook)
+        try:
+            solve()
+        except KeyboardInterrupt:
+            return True
+        finally:
+            sys.setprofile(None)
+        return False
+
+    k = 1
+    while interrupted_at(k):
+        assert not scipy_lock._is_owned() and scipy_lock.acquire(blocking=False), k
+        scipy_lock.release()
+        assert _scipy._lock.acquire(blocking=False) and scipy_lock.own is None, k
+        _scipy._lock.release()
+        assert os.readlink("/proc/self/fd/1") == stdout, k
+        k += 1
+    assert k > 20  # the interrupts landed in that many places
     np.testing.assert_allclose(odeint(decay, Y0, [0.0, 1.0], method=method, rtol=1e-10,
                                       atol=1e-12)[-1], Y0 * np.exp(-1.0), rtol=1e-8)
-    assert not getattr(scipy_ode, name.upper() + "_LOCK").locked()
 
 
 def test_nested_solve_with_a_python_solver_works():
