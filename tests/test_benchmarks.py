@@ -110,3 +110,13 @@ def test_threads_checks_every_answer(tmp_path):
         assert row["odeint_outcomes"].get("right", 0) > 0 < row["scipy_outcomes"].get("right", 0)
         assert set(row["odeint_outcomes"]) <= {"right"}, row  # odeint holds the lock throughout
         assert set(row["scipy_outcomes"]) <= {"right", "IntegratorConcurrencyError"}, row
+
+
+@pytest.mark.skipif(not hasattr(__import__("signal"), "setitimer"), reason="POSIX timers")
+def test_interrupts_leave_nothing_held(tmp_path):
+    """Solves interrupted at random moments by a timer signal leave no lock held."""
+    out = tmp_path / "interrupts.json"
+    status = load("interrupts").main(["--seconds", "2", "--out", str(out)])
+    data = json.loads(out.read_text())
+    assert status == 0 and data["left_held"] == 0 and data["first_left_held"] is None
+    assert sum(row["interrupted"] for row in data["solves"].values()) > 10
