@@ -124,18 +124,18 @@ class _SolverLock(_thread.RLock):
         own = integrator is not None and integrator is self.own
         if self._is_owned() and not own:
             self.refuse()
-        held = self._recursion_count()
         try:
             self.acquire()  # a second count where it is odeint's own run: __exit__ takes it
             if not own:
                 _check_handle(integrator)
-        except BaseException:  # an interrupt as well: whatever this call took, it gives back
-            try:
-                while self._recursion_count() > held:
-                    self.release()
-            finally:  # again, where a second interrupt cut the first short
-                while self._recursion_count() > held:
-                    self.release()
+        except BaseException:  # an interrupt as well: what a run of scipy's took, it gives back
+            if not own:  # (odeint's solve, which this ends, lets go of its own counts)
+                try:
+                    while self._is_owned():
+                        self.release()
+                finally:  # again, where a second interrupt cut the first short
+                    while self._is_owned():
+                        self.release()
             raise
         return self
 

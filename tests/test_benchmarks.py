@@ -112,7 +112,8 @@ def test_threads_checks_every_answer(tmp_path):
         assert set(row["scipy_outcomes"]) <= {"right", "IntegratorConcurrencyError"}, row
 
 
-@pytest.mark.skipif(not hasattr(__import__("signal"), "setitimer"), reason="POSIX timers")
+@pytest.mark.skipif(not hasattr(__import__("signal"), "setitimer")
+                    or not os.path.exists("/proc/self/fd"), reason="POSIX timers, Linux's /proc")
 def test_interrupts_leave_nothing_held(tmp_path):
     """Solves interrupted at random moments by a timer signal leave no lock held."""
     out = tmp_path / "interrupts.json"
