@@ -59,6 +59,9 @@ def main(argv=None):
         while not done.is_set():
             sum(range(100))
 
+    def left_held():
+        return any(map(held, locks)) or os.readlink("/proc/self/fd/1") != stdout
+
     hows = ["odeint lsoda", "odeint adams", "scipy lsoda"]
     tally = {how: {"finished": 0, "interrupted": 0, "left_held": 0} for how in hows}
     previous = signal.signal(signal.SIGALRM, interrupt)
@@ -74,11 +77,13 @@ def main(argv=None):
                 solve(how)
                 armed[0] = False
                 tally[how]["finished"] += 1
+                bad = left_held()
             except KeyboardInterrupt:
                 tally[how]["interrupted"] += 1
+                bad = left_held()  # while the exception, and what its frames hold, lives on
             signal.setitimer(signal.ITIMER_REAL, 0)
             armed[0] = False
-            if any(map(held, locks)) or os.readlink("/proc/self/fd/1") != stdout:
+            if bad:
                 tally[how]["left_held"] += 1
                 first = count if first is None else first
                 for lock in locks:

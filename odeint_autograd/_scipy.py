@@ -9,7 +9,7 @@ solver did. Four properties of scipy's solvers shape this file:
   exception is raised once the solver has returned.
 - VODE and LSODA keep their state in process-wide variables: a solve started from inside the
   dynamics of another corrupts the outer one. `_refuse_nested` refuses such nested solves with a
-  clear error, and `_exclusive` serialises solves from different threads. scipy 1.16 guards each
+  clear error, and `_take` serialises solves from different threads. scipy 1.16 guards each
   of the two with a lock of its own, taken for each run, so a solve by LSODA (or VODE) started
   from the dynamics of another on the same thread, odeint's inside scipy's or scipy's inside
   odeint's, would wait forever: `_SolverLock` refuses it instead. odeint holds it for the whole
@@ -22,7 +22,7 @@ solver did. Four properties of scipy's solvers shape this file:
 - scipy 1.17 replaced the Fortran VODE and LSODA with a C translation that returns wrong answers
   for some methods (docs/scipy_version.md); `refuse_broken` keeps them from running.
 - VODE and LSODA print their messages (warnings on successful solves too) straight to file
-  descriptor 1, past sys.stdout and the warnings filter. `_solver_messages` catches that text
+  descriptor 1, past sys.stdout and the warnings filter. `_redirect` catches that text
   during a solve: a failure's error quotes it, a success drops it.
 """
 import _thread
@@ -101,10 +101,11 @@ class _SolverLock(_thread.RLock):
     thread that holds it. A solve by that solver started on the holding thread, in the dynamics
     of the running one, raises NestedSolveError instead of waiting forever, either way round
     (scipy's inside odeint's, odeint's inside scipy's). odeint holds it for the whole of its
-    solve (`solve`), letting the runs of its own integrator through: any other run of the solver
+    solve (`_take`), letting the runs of its own integrator through: any other run of the solver
     between its steps waits (on another thread) or is refused (on its own, a signal handler's),
-    so odeint's state in the solver's global variables is intact. An RLock, so that ownership
-    and __exit__ are C's: an interrupt cannot leave it held."""
+    so odeint's state in the solver's global variables is intact. An RLock: its owner and its
+    __exit__ live in C, so that an interrupt cannot leave a run of scipy's holding it (odeint's
+    solve lets go in a `finally` of its own frame)."""
 
     def __init__(self, name, calls, other):
         super().__init__()
@@ -138,30 +139,6 @@ class _SolverLock(_thread.RLock):
                         self.release()
             raise
         return self
-
-    @contextmanager
-    def solve(self, method, integrator):
-        """Held for the whole of one of odeint's solves by `method` with scipy's `integrator`,
-        which takes scipy's handle on the solver's state once it is held: another integrator
-        part-way through a solve then fails loudly at its next run (IntegratorConcurrencyError)
-        instead of going on from the state this solve leaves. This one, holding the lock
-        throughout, needs no check of its own."""
-        if self._is_owned():
-            self.refuse(method)
-        try:
-            self.acquire()
-            integrator.acquire_new_handle()
-            integrator.initialized, integrator.check_handle = True, lambda: None
-            self.own = integrator
-            yield
-        finally:
-            self.own = None
-            try:
-                while self._is_owned():
-                    self.release()
-            finally:  # again, where an interrupt cut the first short
-                while self._is_owned():
-                    self.release()
 
 
 def _check_handle(integrator):
@@ -206,34 +183,48 @@ def _refuse_nested(method):
         _LOCKS[method].refuse(method)
 
 
-@contextmanager
-def _exclusive(method, solver):
-    """Hold the one process-wide right to run VODE/LSODA (see the module docstring), and scipy's
-    lock on the solver that `method` runs, for `solver` (scipy's ode). Never waits for the first
-    holding the second: the thread with the first may want the second in its dynamics (VODE
-    inside 'lsoda'), and a thread in scipy's solve holds the second and may want the first
-    (odeint in its dynamics)."""
+def _take(method, integrator):
+    """Take scipy's lock on the solver that `method` runs and odeint's own (the one right to run
+    VODE/LSODA, see the module docstring), for the whole of a solve by scipy's `integrator`.
+    Never waits for the second holding the first: a thread holding the second may want the
+    first in its dynamics (VODE inside 'lsoda'), and one in scipy's solve holds the first and may
+    want the second (odeint in its dynamics). Once the first is held, `integrator` takes scipy's
+    handle on the solver's state: another integrator part-way through a solve then fails loudly
+    at its next run (IntegratorConcurrencyError) instead of going on from the state this solve
+    leaves; this one, holding the lock throughout, needs no check of its own. The caller lets go
+    with `_let_go`, in a `finally` of its own frame, whatever this got to."""
     scipy_lock = _LOCKS.get(method)
     while True:
-        with (scipy_lock.solve(method, solver._integrator) if scipy_lock is not None
-              else nullcontext()):
-            try:
-                if _lock.acquire(blocking=False):
-                    yield
-                    return
-            finally:  # also where an interrupt came right after the acquire
-                try:
-                    while _lock._is_owned():
-                        _lock.release()
-                finally:  # again, where an interrupt cut the first short
-                    while _lock._is_owned():
-                        _lock.release()
+        if scipy_lock is not None:
+            scipy_lock.acquire()
+            integrator.acquire_new_handle()
+            integrator.initialized, integrator.check_handle = True, lambda: None
+            scipy_lock.own = integrator
+        if _lock.acquire(blocking=False):
+            return
+        if scipy_lock is not None:
+            scipy_lock.own = None
+            scipy_lock.release()
         with _lock:  # wait for the solve that holds it, holding nothing
             pass
 
 
-_catch = {}  # this process's file for _solver_messages, by process id (a fork gets its own)
-_redirected = []  # while _solver_messages holds descriptor 1: the saved original
+def _let_go(method):
+    """Undo what `_take` and `_redirect` did for this thread. Each step repeats safely, so that a
+    second call completes a first that an interrupt (Ctrl-C) cut short."""
+    scipy_lock = _LOCKS.get(method)
+    if _lock._is_owned():
+        _restore()
+    if scipy_lock is not None and scipy_lock._is_owned():
+        scipy_lock.own = None
+        while scipy_lock._is_owned():
+            scipy_lock.release()
+    while _lock._is_owned():
+        _lock.release()
+
+
+_catch = {}  # this process's file for _redirect, by process id (a fork gets its own)
+_redirected = []  # while _redirect holds descriptor 1: the saved original
 # a line of VODE/LSODA's messages: "<ROUTINE>--  text", then lines indented by 6 or more spaces
 _MESSAGE_HEAD, _MESSAGE_MORE = re.compile(r" ?[A-Za-z]+--"), re.compile(r" {6}")
 
@@ -287,14 +278,10 @@ def _split_messages(lines):
     return theirs, "".join(other)
 
 
-@contextmanager
-def _solver_messages():
-    """Send what is written to file descriptor 1 into a file of this process while the block
-    runs (only under _exclusive: the descriptor is process-wide); yields a list that then receives
-    the solvers' message lines, and writes every other line back to the descriptor (a print in
-    the dynamics, another thread's output). Where it cannot (no descriptor 1, no temporary
-    file), it catches nothing."""
-    caught = []
+def _redirect():
+    """Send file descriptor 1 into this process's file, emptied first (only while holding odeint's
+    lock: the descriptor is process-wide), and return the file; None where it cannot (no
+    descriptor 1, no temporary file). The original waits in _redirected for `_restore`."""
     try:
         pid = os.getpid()
         if pid not in _catch:
@@ -303,34 +290,59 @@ def _solver_messages():
             _catch.clear()
             _catch[pid] = tempfile.TemporaryFile()
         file = _catch[pid]
+        file.seek(0)
+        file.truncate()
         if sys.stdout is not None:
             sys.stdout.flush()
         saved = os.dup(1)
     except (OSError, ValueError):
-        yield caught
-        return
-    try:  # from the redirection on: an interrupt there must not leave descriptor 1 redirected
-        os.dup2(file.fileno(), 1)
-        _redirected[:] = [saved]
-        yield caught
-    finally:
+        return None
+    _redirected[:] = [saved]
+    os.dup2(file.fileno(), 1)
+    return file
+
+
+def _restore():
+    """Put descriptor 1 back, once what the solvers and sys.stdout buffered is in the file. Each
+    step repeats safely (see `_let_go`)."""
+    if _redirected:
         try:
             _flush_fortran()
             if sys.stdout is not None:
                 sys.stdout.flush()
-        finally:  # descriptor 1 back first: an interrupt may come after any of these
-            os.dup2(saved, 1)
-            _redirected.clear()
-            os.close(saved)
-        if os.fstat(file.fileno()).st_size:
-            file.seek(0)
-            text = file.read().replace(b"\0", b"").decode(errors="replace")
-            file.seek(0)
-            file.truncate()
-            theirs, other = _split_messages(text.splitlines(True))
-            if other:
-                os.write(1, other.encode())
-            caught += theirs
+        finally:
+            os.dup2(_redirected[0], 1)
+            os.close(_redirected.pop())
+
+
+def _collect(file):
+    """The solvers' message lines caught in `file` (VODE/LSODA's, whitespace collapsed); every
+    other line (a print in the dynamics, another thread's output) written back to descriptor 1."""
+    if file is None or not os.fstat(file.fileno()).st_size:
+        return []
+    file.seek(0)
+    text = file.read().replace(b"\0", b"").decode(errors="replace")
+    file.seek(0)
+    file.truncate()
+    theirs, other = _split_messages(text.splitlines(True))
+    if other:
+        os.write(1, other.encode())
+    return theirs
+
+
+@contextmanager
+def _solver_messages():
+    """Descriptor 1 caught while the block runs (`_redirect`); yields a list that then receives
+    the solvers' message lines (`_collect`)."""
+    caught, file = [], _redirect()
+    try:
+        yield caught
+    finally:
+        try:
+            _restore()
+        finally:
+            _restore()
+        caught += _collect(file)
 
 
 def _quoted(messages):
@@ -425,6 +437,40 @@ def _illegal_input(method, y0, t, rtol, atol):
             f"the start for its step-size arithmetic (t[1] - t[0] = {t[1] - t[0]:.3g})")
 
 
+def _step(solver, guarded, method, y0, t, rtol, atol, max_steps, ys, counts):
+    """Step scipy's `solver` through the output times t[1:], filling ys; returns None, or the
+    failure (why, the time reached)."""
+    failure = None
+    with _scipy_blas_single_threaded():
+        steps = 0
+        for i in range(1, len(t)):
+            ys[i] = solver.integrate(t[i])
+            if guarded.error is not None:
+                break
+            if not solver.successful():
+                code = solver.get_return_code()
+                # -8: LSODA's answer to illegal input after five of them in a row
+                reason = (_illegal_input(method, y0, t, rtol, atol) if code in (-3, -8) else
+                          _ISTATE_MESSAGES.get(code, f"the solver returned istate = {code}")
+                          .format(max_steps=max_steps))
+                failure = reason, float(solver.t)
+                break
+            last_step, now = _internal(solver)
+            if last_step == 0 or (now - t[i]) * (t[-1] - t[0]) < 0:
+                failure = (
+                    f"{method} reported success at t = {float(t[i])!r} without stepping there "
+                    f"(its internal time reached {now!r}, its last step {last_step!r}): the "
+                    f"interval from {float(t[i - 1])!r} is too short for its step-size "
+                    "arithmetic (merge the two times), or the dynamics' rates (|f| / |y|) too "
+                    "large (rescale time)", now)
+                break
+            steps = _steps_taken(solver)
+        # after the dynamics raised, the solver stepped on through the zeros fed to it: only
+        # the steps to the last output time before are known to be real
+        counts.steps += steps if guarded.error is not None else _steps_taken(solver)
+    return failure
+
+
 def solve(fun, y0, t, method, rtol, atol, max_steps, counts, jacobian=None):
     """Solve dy/dt = fun(y, t) for a 1-D float64 y0, returning ys: ys[i] is the state at t[i]
     (t strictly monotonic). rtol and atol are scalars or arrays of y0's size; `counts` (a Counts)
@@ -441,34 +487,20 @@ def solve(fun, y0, t, method, rtol, atol, max_steps, counts, jacobian=None):
         # scipy reports failures as warnings; they become exceptions below.
         warnings.filterwarnings("ignore", message="(vode|lsoda):")
         solver = _integrator(guarded, y0, t[0], method, rtol, atol, max_steps, jacobian)
-        with _exclusive(method, solver), _solver_messages() as printed, \
-                _scipy_blas_single_threaded():
-            steps = 0
-            for i in range(1, len(t)):
-                ys[i] = solver.integrate(t[i])
-                if guarded.error is not None:
-                    break
-                if not solver.successful():
-                    code = solver.get_return_code()
-                    # -8: LSODA's answer to illegal input after five of them in a row
-                    reason = (_illegal_input(method, y0, t, rtol, atol) if code in (-3, -8) else
-                              _ISTATE_MESSAGES.get(code, f"the solver returned istate = {code}")
-                              .format(max_steps=max_steps))
-                    failure = reason, float(solver.t)
-                    break
-                last_step, now = _internal(solver)
-                if last_step == 0 or (now - t[i]) * (t[-1] - t[0]) < 0:
-                    failure = (
-                        f"{method} reported success at t = {float(t[i])!r} without stepping there "
-                        f"(its internal time reached {now!r}, its last step {last_step!r}): the "
-                        f"interval from {float(t[i - 1])!r} is too short for its step-size "
-                        "arithmetic (merge the two times), or the dynamics' rates (|f| / |y|) too "
-                        "large (rescale time)", now)
-                    break
-                steps = _steps_taken(solver)
-            # after the dynamics raised, the solver stepped on through the zeros fed to it: only
-            # the steps to the last output time before are known to be real
-            counts.steps += steps if guarded.error is not None else _steps_taken(solver)
+        # the locks and descriptor 1 are let go in this frame's `finally`, twice over: no pause of
+        # Python's between taking and letting go (an interrupt's) can skip it
+        file = None
+        try:
+            _take(method, solver._integrator)
+            file = _redirect()
+            failure = _step(solver, guarded, method, y0, t, rtol, atol, max_steps, ys, counts)
+            _restore()  # collected under odeint's lock: the file is process-wide
+            printed = _collect(file)
+        finally:
+            try:
+                _let_go(method)
+            finally:  # again: an interrupt may have cut the first short
+                _let_go(method)
     guarded.check(method)
     if failure is not None:  # (why, the time reached), the solver's printed lines quoted
         reason, reached = failure
