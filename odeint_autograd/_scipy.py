@@ -33,7 +33,7 @@ import sys
 import tempfile
 import threading
 import warnings
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 
 import numpy as np
 import scipy
@@ -197,34 +197,41 @@ def _take(method, integrator):
     while True:
         if scipy_lock is not None:
             scipy_lock.acquire()
-            integrator.acquire_new_handle()
-            integrator.initialized, integrator.check_handle = True, lambda: None
-            scipy_lock.own = integrator
         if _lock.acquire(blocking=False):
+            if scipy_lock is not None:
+                integrator.acquire_new_handle()
+                integrator.initialized, integrator.check_handle = True, lambda: None
+                scipy_lock.own = integrator
             return
         if scipy_lock is not None:
-            scipy_lock.own = None
             scipy_lock.release()
         with _lock:  # wait for the solve that holds it, holding nothing
             pass
 
 
-def _let_go(method):
-    """Undo what `_take` and `_redirect` did for this thread. Each step repeats safely, so that a
-    second call completes a first that an interrupt (Ctrl-C) cut short."""
-    scipy_lock = _LOCKS.get(method)
-    if _lock._is_owned():
+def _let_go(method, file=None):
+    """Undo what `_take` and `_redirect` did for this thread, and return the solvers' message
+    lines caught in `file` (collected under odeint's lock: the file is process-wide). Each step
+    repeats safely, so that a second call completes a first that an interrupt (Ctrl-C) cut
+    short; the locks are let go once descriptor 1 is back, or cannot be put back."""
+    scipy_lock, caught = _LOCKS.get(method), []
+    try:
         _restore()
-    if scipy_lock is not None and scipy_lock._is_owned():
-        scipy_lock.own = None
-        while scipy_lock._is_owned():
-            scipy_lock.release()
-    while _lock._is_owned():
-        _lock.release()
+        if file is not None and _lock._is_owned():
+            caught = _collect(file)
+    finally:
+        if not _redirected_here():  # else held until descriptor 1 is back (by the second call)
+            if scipy_lock is not None and scipy_lock._is_owned():
+                scipy_lock.own = None
+                while scipy_lock._is_owned():
+                    scipy_lock.release()
+            while _lock._is_owned():
+                _lock.release()
+    return caught
 
 
 _catch = {}  # this process's file for _redirect, by process id (a fork gets its own)
-_redirected = []  # while _redirect holds descriptor 1: the saved original
+_redirected = []  # while _redirect holds descriptor 1: (the saved original, the thread)
 # a line of VODE/LSODA's messages: "<ROUTINE>--  text", then lines indented by 6 or more spaces
 _MESSAGE_HEAD, _MESSAGE_MORE = re.compile(r" ?[A-Za-z]+--"), re.compile(r" {6}")
 
@@ -259,7 +266,7 @@ def _flush_fortran():
 def _restore_in_child():
     """A process forked during a solve gets descriptor 1 back (its own output is not caught)."""
     if _redirected:
-        os.dup2(_redirected[0], 1)
+        os.dup2(_redirected[0][0], 1)
 
 
 if hasattr(os, "register_at_fork"):  # POSIX
@@ -297,22 +304,34 @@ def _redirect():
         saved = os.dup(1)
     except (OSError, ValueError):
         return None
-    _redirected[:] = [saved]
+    _redirected[:] = [(saved, threading.get_ident())]
     os.dup2(file.fileno(), 1)
     return file
+
+
+def _redirected_here():
+    """Whether descriptor 1 is redirected by this thread (and so is this thread's to restore)."""
+    return bool(_redirected) and _redirected[0][1] == threading.get_ident()
 
 
 def _restore():
     """Put descriptor 1 back, once what the solvers and sys.stdout buffered is in the file. Each
     step repeats safely (see `_let_go`)."""
-    if _redirected:
+    if _redirected_here():
         try:
             _flush_fortran()
             if sys.stdout is not None:
                 sys.stdout.flush()
         finally:
-            os.dup2(_redirected[0], 1)
-            os.close(_redirected.pop())
+            saved = _redirected[0][0]
+            try:
+                os.dup2(saved, 1)
+            finally:  # once only, even where the dynamics closed the saved descriptor
+                _redirected.clear()
+                try:
+                    os.close(saved)
+                except OSError:
+                    pass
 
 
 def _collect(file):
@@ -332,17 +351,18 @@ def _collect(file):
 
 @contextmanager
 def _solver_messages():
-    """Descriptor 1 caught while the block runs (`_redirect`); yields a list that then receives
-    the solvers' message lines (`_collect`)."""
-    caught, file = [], _redirect()
-    try:
-        yield caught
-    finally:
+    """Descriptor 1 caught while the block runs, under odeint's lock, as in `solve`; yields a
+    list that then receives the solvers' message lines."""
+    caught = []
+    with _lock:
+        file = _redirect()
         try:
-            _restore()
+            yield caught
         finally:
-            _restore()
-        caught += _collect(file)
+            try:
+                _restore()
+            finally:
+                caught += _collect(file)
 
 
 def _quoted(messages):
@@ -494,11 +514,9 @@ def solve(fun, y0, t, method, rtol, atol, max_steps, counts, jacobian=None):
             _take(method, solver._integrator)
             file = _redirect()
             failure = _step(solver, guarded, method, y0, t, rtol, atol, max_steps, ys, counts)
-            _restore()  # collected under odeint's lock: the file is process-wide
-            printed = _collect(file)
         finally:
             try:
-                _let_go(method)
+                printed = _let_go(method, file)
             finally:  # again: an interrupt may have cut the first short
                 _let_go(method)
     guarded.check(method)
