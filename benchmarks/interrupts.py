@@ -9,7 +9,6 @@ solvers' messages) must be back. POSIX only (SIGALRM).
     python benchmarks/interrupts.py --seconds 20
 """
 import argparse
-import datetime
 import os
 import signal
 import sys
@@ -22,7 +21,7 @@ from scipy.integrate import _ode, ode
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from odeint_autograd import _scipy, odeint  # noqa: E402
-from reproduce.common import machine, write_json  # noqa: E402
+from reproduce.common import machine, now, write_json  # noqa: E402
 
 
 def solve(how):
@@ -32,10 +31,15 @@ def solve(how):
     return odeint(lambda y, t: -y, np.ones(3), np.linspace(0.0, 2.0, 5), method=how.split()[1])
 
 
+def plain(lock):
+    """The lock itself, or the plain lock inside a wrapper of the code before (812e0fd)."""
+    return getattr(lock, "lock", lock)
+
+
 def held(lock):
-    """Whether this thread holds `lock` (a plain lock: whether anyone does, as in the code before
-    the locks knew their owner)."""
-    return lock._is_owned() if hasattr(lock, "_is_owned") else lock.locked()
+    """Whether this thread holds `lock` (a plain lock, as in the code before the locks knew
+    their owner: whether anyone does)."""
+    return lock._is_owned() if hasattr(lock, "_is_owned") else plain(lock).locked()
 
 
 def main(argv=None):
@@ -88,14 +92,14 @@ def main(argv=None):
                 first = count if first is None else first
                 for lock in locks:
                     while held(lock):
-                        lock.release()
+                        plain(lock).release()
     finally:
         done.set()
         thread.join()
         signal.signal(signal.SIGALRM, previous)
     left_held = sum(row["left_held"] for row in tally.values())
     record = {"command": "python benchmarks/interrupts.py " + " ".join(argv or sys.argv[1:]),
-              "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+              "date": now(),
               "seconds": args.seconds, "machine": machine(), "solves": tally,
               "left_held": left_held, "first_left_held": first}
     write_json(args.out, record, indent=1)

@@ -13,12 +13,12 @@ from odeint (it holds the lock for its whole solve).
 A small switch interval makes the threads swap often, so that the races show within seconds.
 """
 import argparse
-import datetime
 import os
 import sys
 import threading
 import time
 import warnings
+from collections import Counter
 
 import numpy as np
 from scipy.integrate import ode
@@ -26,20 +26,16 @@ from scipy.integrate import ode
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from odeint_autograd import odeint  # noqa: E402
-from reproduce.common import machine, write_json  # noqa: E402
+from reproduce.common import machine, now, write_json  # noqa: E402
 
 TIMES = np.linspace(0.1, 2.0, 20)
-
-
-def count(tally, key):
-    tally[key] = tally.get(key, 0) + 1
 
 
 def side_by_side(method, seconds):
     """{'odeint': outcomes, 'scipy': outcomes} of `seconds` of both solving on two threads."""
     scipy_name = "lsoda" if method == "lsoda" else "vode"
     done = threading.Event()
-    by_odeint, by_scipy = {}, {}
+    by_odeint, by_scipy = Counter(), Counter()
 
     def odeint_loop():
         while not done.is_set():
@@ -47,9 +43,9 @@ def side_by_side(method, seconds):
                 ys = odeint(lambda y, t: -y, np.ones(1), TIMES, method=method, rtol=1e-10,
                             atol=1e-12)
                 right = np.allclose(ys[:, 0], np.exp(TIMES[0] - TIMES), rtol=1e-6)
-                count(by_odeint, "right" if right else "wrong")
+                by_odeint["right" if right else "wrong"] += 1
             except Exception as error:  # noqa: BLE001 -- counted by type
-                count(by_odeint, type(error).__name__)
+                by_odeint[type(error).__name__] += 1
 
     thread = threading.Thread(target=odeint_loop)
     thread.start()
@@ -60,13 +56,13 @@ def side_by_side(method, seconds):
         try:
             ys = np.array([solver.integrate(t)[0] for t in TIMES])
             right = np.allclose(ys, np.exp(-TIMES), rtol=1e-6)
-            count(by_scipy, "right" if right else "wrong" if solver.successful() else "failed")
+            by_scipy["right" if right else "wrong" if solver.successful() else "failed"] += 1
         except Exception as error:  # noqa: BLE001 -- counted by type
-            count(by_scipy, type(error).__name__)
+            by_scipy[type(error).__name__] += 1
     done.set()
     thread.join()
-    return {"method": method, "scipy": f"ode('{scipy_name}')", "odeint_outcomes": by_odeint,
-            "scipy_outcomes": by_scipy}
+    return {"method": method, "scipy": f"ode('{scipy_name}')", "odeint_outcomes": dict(by_odeint),
+            "scipy_outcomes": dict(by_scipy)}
 
 
 def main(argv=None):
@@ -88,7 +84,7 @@ def main(argv=None):
         finally:
             sys.setswitchinterval(interval)
     record = {"command": "python benchmarks/threads.py " + " ".join(argv or sys.argv[1:]),
-              "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+              "date": now(),
               "seconds": args.seconds, "switch_interval": args.switch_interval,
               "machine": machine(), "rows": rows}
     # odeint holds the lock for its whole solve: anything but a right answer is a failure; scipy's

@@ -217,7 +217,7 @@ def _let_go(method, file=None):
     scipy_lock, caught = _LOCKS.get(method), []
     try:
         _restore()
-        if file is not None and _lock._is_owned():
+        if _lock._is_owned():
             caught = _collect(file)
     finally:
         if not _redirected_here():  # else held until descriptor 1 is back (by the second call)
