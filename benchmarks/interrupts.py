@@ -1,14 +1,19 @@
 """Ctrl-C at random moments of odeint's and scipy's solves: nothing may be left held.
 
-A timer signal raises KeyboardInterrupt at a random moment (10 us to 2 ms) of each solve, in
-turn odeint by LSODA, odeint by VODE's Adams and scipy's own ode('lsoda'), while a second
-thread keeps the interpreter switching. After each solve, interrupted or not, the locks on
+A timer signal raises KeyboardInterrupt at a random moment of each solve (10 us to 2 ms, or to
+1.5 times the median time of that kind of solve, measured first, where that is longer), in turn
+odeint by LSODA, odeint by VODE's Adams and scipy's own ode('lsoda'), while a second thread
+keeps the interpreter switching (which sets how long a solve takes: each call that lets go of
+the GIL can wait one switch interval for it). After each solve, interrupted or not, the locks on
 scipy's solvers and odeint's own must be free and file descriptor 1 (where odeint catches the
-solvers' messages) must be back. POSIX only (SIGALRM).
+solvers' messages) must be back; the file descriptors leaked in all are counted. A solve that
+never returns (a lock left held where this does not look) ends the run with every thread's
+stack after --seconds + 120 s. POSIX only (SIGALRM).
 
     python benchmarks/interrupts.py --seconds 20
 """
 import argparse
+import faulthandler
 import os
 import signal
 import sys
@@ -29,6 +34,16 @@ def solve(how):
         solver = ode(lambda t, z: -z).set_integrator("lsoda").set_initial_value(np.ones(3), 0.0)
         return solver.integrate(1.0), solver.integrate(2.0)
     return odeint(lambda y, t: -y, np.ones(3), np.linspace(0.0, 2.0, 5), method=how.split()[1])
+
+
+def median_time(how, count=7):
+    """The median time in seconds of `count` uninterrupted solves."""
+    times = []
+    for _ in range(count):
+        start = time.perf_counter()
+        solve(how)
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
 
 
 def plain(lock):
@@ -71,13 +86,16 @@ def main(argv=None):
     previous = signal.signal(signal.SIGALRM, interrupt)
     thread = threading.Thread(target=switching, daemon=True)
     thread.start()
+    faulthandler.dump_traceback_later(args.seconds + 120, exit=True)
+    longest = {how: max(2e-3, 1.5 * median_time(how)) for how in hows}
+    descriptors = len(os.listdir("/proc/self/fd"))
     end, count, first = time.monotonic() + args.seconds, 0, None
     try:
         while time.monotonic() < end:
             how, count = hows[rng.integers(len(hows))], count + 1
             try:
                 armed[0] = True
-                signal.setitimer(signal.ITIMER_REAL, rng.uniform(1e-5, 2e-3))
+                signal.setitimer(signal.ITIMER_REAL, rng.uniform(1e-5, longest[how]))
                 solve(how)
                 armed[0] = False
                 tally[how]["finished"] += 1
@@ -94,16 +112,19 @@ def main(argv=None):
                     while held(lock):
                         plain(lock).release()
     finally:
+        faulthandler.cancel_dump_traceback_later()
         done.set()
         thread.join()
         signal.signal(signal.SIGALRM, previous)
+    leaked = len(os.listdir("/proc/self/fd")) - descriptors
     left_held = sum(row["left_held"] for row in tally.values())
     record = {"command": "python benchmarks/interrupts.py " + " ".join(argv or sys.argv[1:]),
               "date": now(),
               "seconds": args.seconds, "machine": machine(), "solves": tally,
-              "left_held": left_held, "first_left_held": first}
+              "longest_interrupt_s": longest,
+              "left_held": left_held, "first_left_held": first, "descriptors_leaked": leaked}
     write_json(args.out, record, indent=1)
-    print(f"wrote {args.out}: {tally}")
+    print(f"wrote {args.out}: {tally}, file descriptors leaked: {leaked}")
     return 1 if left_held else 0
 
 

@@ -26,6 +26,7 @@ from scipy.integrate import ode
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from odeint_autograd import odeint  # noqa: E402
+from odeint_autograd._scipy import SCIPY_INTEGRATORS  # noqa: E402
 from reproduce.common import machine, now, write_json  # noqa: E402
 
 TIMES = np.linspace(0.1, 2.0, 20)
@@ -33,7 +34,7 @@ TIMES = np.linspace(0.1, 2.0, 20)
 
 def side_by_side(method, seconds):
     """{'odeint': outcomes, 'scipy': outcomes} of `seconds` of both solving on two threads."""
-    scipy_name = "lsoda" if method == "lsoda" else "vode"
+    scipy_name = SCIPY_INTEGRATORS[method]
     done = threading.Event()
     by_odeint, by_scipy = Counter(), Counter()
 

@@ -14,7 +14,9 @@ solver did. Four properties of scipy's solvers shape this file:
   from the dynamics of another on the same thread, odeint's inside scipy's or scipy's inside
   odeint's, would wait forever: `_SolverLock` refuses it instead. odeint holds it for the whole
   of its solve, and it checks the handle of scipy's other runs once they hold it (scipy checks
-  before, so a run that waited could go on from another solve's state).
+  before, so a run that waited could go on from another solve's state). A refusal caught inside
+  the outer dynamics leaves the outer solve whole. Two threads that nest the two solvers in
+  opposite orders wait on each other, as scipy's own do.
 - The solvers' own vector operations go through the OpenBLAS bundled with scipy's wheels, whose
   threads keep spinning after each call and take cores from the dynamics' own threads.
   `_scipy_blas_single_threaded` limits that library, and only that one (numpy's, used by the
@@ -26,14 +28,12 @@ solver did. Four properties of scipy's solvers shape this file:
   during a solve: a failure's error quotes it, a success drops it.
 """
 import _thread
-import functools
 import os
 import re
 import sys
 import tempfile
 import threading
 import warnings
-from contextlib import contextmanager
 
 import numpy as np
 import scipy
@@ -46,6 +46,9 @@ from .errors import GIVE_ATOL, NestedSolveError, ODESolverError, all_finite
 DENSE_JACOBIAN_MAX = 1000
 
 SCIPY_VERSION = tuple(int(part) for part in re.findall(r"\d+", scipy.__version__)[:2])
+
+# odeint's method: the integrator of scipy's `ode` that runs it
+SCIPY_INTEGRATORS = {"adams": "vode", "bdf": "vode", "lsoda": "lsoda"}
 
 # What returns wrong answers, without an error, from scipy 1.17 on (measured on 1.17.1 against
 # closed forms and a tight Radau solve: docs/scipy_version.md).
@@ -132,13 +135,17 @@ class _SolverLock(_thread.RLock):
         except BaseException:  # an interrupt as well: what a run of scipy's took, it gives back
             if not own:  # (odeint's solve, which this ends, lets go of its own counts)
                 try:
-                    while self._is_owned():
-                        self.release()
-                finally:  # again, where a second interrupt cut the first short
-                    while self._is_owned():
-                        self.release()
+                    _release_held(self)
+                finally:  # again, where an interrupt cut the first short
+                    _release_held(self)
             raise
         return self
+
+
+def _release_held(lock):
+    """Let go of every count this thread holds on `lock` (an RLock); none held, nothing done."""
+    while lock._is_owned():
+        lock.release()
 
 
 def _check_handle(integrator):
@@ -223,20 +230,17 @@ def _let_go(method, file=None):
         if not _redirected_here():  # else held until descriptor 1 is back (by the second call)
             if scipy_lock is not None and scipy_lock._is_owned():
                 scipy_lock.own = None
-                while scipy_lock._is_owned():
-                    scipy_lock.release()
-            while _lock._is_owned():
-                _lock.release()
+                _release_held(scipy_lock)
+            _release_held(_lock)
     return caught
 
 
-_catch = {}  # this process's file for _redirect, by process id (a fork gets its own)
-_redirected = []  # while _redirect holds descriptor 1: (the saved original, the thread)
+_catch = {}  # by process id (a fork makes its own): its file for the messages, `keep`
+_redirected = []  # while _redirect holds descriptor 1: (keep, the file's descriptor, the thread)
 # a line of VODE/LSODA's messages: "<ROUTINE>--  text", then lines indented by 6 or more spaces
 _MESSAGE_HEAD, _MESSAGE_MORE = re.compile(r" ?[A-Za-z]+--"), re.compile(r" {6}")
 
 
-@functools.lru_cache(maxsize=None)
 def _fortran_flushes():
     """The FLUSH of every libgfortran in this process (scipy's wheels load more than one, all
     there once scipy.integrate is imported; found in /proc/self/maps, so on Linux only)."""
@@ -256,10 +260,14 @@ def _fortran_flushes():
     return tuple(flushes)
 
 
+# Found at import: found in a solve, the search could be cut short by each interrupt, for good.
+_FORTRAN_FLUSHES = _fortran_flushes()
+
+
 def _flush_fortran():
     """Flush every Fortran output unit: unit 6, descriptor 1, is buffered when that is a regular
     file, and would otherwise write the solvers' text out later, at exit."""
-    for flush in _fortran_flushes():
+    for flush in _FORTRAN_FLUSHES:
         flush(None)  # a null unit: every unit
 
 
@@ -285,33 +293,52 @@ def _split_messages(lines):
     return theirs, "".join(other)
 
 
+def _catch_file():
+    """This process's file for the solvers' messages, and `keep`, a descriptor that holds the
+    original descriptor 1 while a solve redirects it and the file between solves. Both are made
+    once per process (a forked child makes its own): a solve makes and closes no descriptor, so
+    that no interrupt can leak one."""
+    pid = os.getpid()
+    if pid not in _catch:
+        for file, keep in _catch.values():
+            file.close()
+            os.close(keep)
+        _catch.clear()
+        file = tempfile.TemporaryFile()
+        _catch[pid] = file, os.dup(file.fileno())
+    return _catch[pid]
+
+
+try:  # made at import: made in a solve, it could be cut short by each interrupt, a descriptor
+    _catch_file()  # leaked each time (and, on tempfile's first use, its lock left held for good)
+except OSError:
+    pass
+
+
 def _redirect():
     """Send file descriptor 1 into this process's file, emptied first (only while holding odeint's
     lock: the descriptor is process-wide), and return the file; None where it cannot (no
-    descriptor 1, no temporary file). The original waits in _redirected for `_restore`."""
+    descriptor 1, no temporary file, `keep` closed by others). The original waits in `keep`."""
+    thread = threading.get_ident()
     try:
-        pid = os.getpid()
-        if pid not in _catch:
-            for inherited in _catch.values():
-                inherited.close()
-            _catch.clear()
-            _catch[pid] = tempfile.TemporaryFile()
-        file = _catch[pid]
+        file, keep = _catch_file()
+        if not (os.path.sameopenfile(keep, file.fileno()) or os.path.sameopenfile(keep, 1)):
+            return None  # its number someone else's now: not to be written over
         file.seek(0)
         file.truncate()
         if sys.stdout is not None:
             sys.stdout.flush()
-        saved = os.dup(1)
+        os.dup2(1, keep, inheritable=False)
     except (OSError, ValueError):
         return None
-    _redirected[:] = [(saved, threading.get_ident())]
+    _redirected[:] = [(keep, file.fileno(), thread)]
     os.dup2(file.fileno(), 1)
     return file
 
 
 def _redirected_here():
     """Whether descriptor 1 is redirected by this thread (and so is this thread's to restore)."""
-    return bool(_redirected) and _redirected[0][1] == threading.get_ident()
+    return bool(_redirected) and _redirected[0][2] == threading.get_ident()
 
 
 def _restore():
@@ -323,15 +350,15 @@ def _restore():
             if sys.stdout is not None:
                 sys.stdout.flush()
         finally:
-            saved = _redirected[0][0]
+            keep, file, _ = _redirected[0]
             try:
-                os.dup2(saved, 1)
-            finally:  # once only, even where the dynamics closed the saved descriptor
+                os.dup2(keep, 1)
+            finally:  # once only, even where the dynamics closed `keep`
                 _redirected.clear()
-                try:
-                    os.close(saved)
-                except OSError:
-                    pass
+            try:  # keep no longer holds the original open
+                os.dup2(file, keep, inheritable=False)
+            except OSError:  # the dynamics closed the file: keep holds it until the next solve
+                pass
 
 
 def _collect(file):
@@ -347,22 +374,6 @@ def _collect(file):
     if other:
         os.write(1, other.encode())
     return theirs
-
-
-@contextmanager
-def _solver_messages():
-    """Descriptor 1 caught while the block runs, under odeint's lock, as in `solve`; yields a
-    list that then receives the solvers' message lines."""
-    caught = []
-    with _lock:
-        file = _redirect()
-        try:
-            yield caught
-        finally:
-            try:
-                _restore()
-            finally:
-                caught += _collect(file)
 
 
 def _quoted(messages):
@@ -408,15 +419,15 @@ def _integrator(guarded, y0, t0, method, rtol, atol, max_steps, jacobian):
     if jacobian is None:
         jacobian = "dense" if y0.size <= DENSE_JACOBIAN_MAX else "diagonal"
     diagonal = dict(lband=0, uband=0) if jacobian == "diagonal" else {}
-    solver = ode(lambda tt, y: guarded(y, tt))
+    options = dict(rtol=rtol, atol=atol, nsteps=max_steps)
     if method == "adams":
-        solver.set_integrator("vode", method="adams", with_jacobian=False, rtol=rtol, atol=atol,
-                              nsteps=max_steps)
+        options.update(method="adams", with_jacobian=False)
     elif method == "bdf":
-        solver.set_integrator("vode", method="bdf", with_jacobian=True, rtol=rtol, atol=atol,
-                              nsteps=max_steps, **diagonal)
+        options.update(method="bdf", with_jacobian=True, **diagonal)
     else:
-        solver.set_integrator("lsoda", rtol=rtol, atol=atol, nsteps=max_steps, **diagonal)
+        options.update(diagonal)
+    solver = ode(lambda tt, y: guarded(y, tt))
+    solver.set_integrator(SCIPY_INTEGRATORS[method], **options)
     solver.set_initial_value(y0, t0)
     return solver
 

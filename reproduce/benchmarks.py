@@ -223,13 +223,16 @@ def interrupts_block():
     data = benchmark("interrupts")
     if data is None:
         return "Interrupts benchmark: not run yet (`python benchmarks/interrupts.py`)."
-    rows = [[how, row["finished"], row["interrupted"], row["left_held"]]
+    rows = [[how, f"{1e3 * data['longest_interrupt_s'][how]:.2f}", row["finished"],
+             row["interrupted"], row["left_held"]]
             for how, row in data["solves"].items()]
     return "\n\n".join([
         f"`{data['command']}` ({data['date']}): {data['seconds']:g} s of solves, each "
-        "interrupted at a random moment from 10 us to 2 ms; solves that left a lock held or "
-        f"descriptor 1 redirected: {data['left_held']}.",
-        table(["solve", "finished", "interrupted", "left something held"], rows)])
+        "interrupted at a random moment from 10 us to 2 ms, or to 1.5 times the median time of "
+        "its kind of solve where that is longer; solves that left a lock held or descriptor 1 redirected: "
+        f"{data['left_held']}; file descriptors leaked in all: {data['descriptors_leaked']}.",
+        table(["solve", "latest interrupt (ms)", "finished", "interrupted",
+               "left something held"], rows)])
 
 
 def blocks():

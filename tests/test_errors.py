@@ -13,7 +13,7 @@ from autograd import grad
 from scipy.integrate import _ode as scipy_ode
 
 from odeint_autograd import DEFAULT_TOL, METHODS, ODESolverError, odeint
-from odeint_autograd._scipy import _solver_messages
+from odeint_autograd._scipy import SCIPY_INTEGRATORS, _let_go, _lock, _redirect
 from odeint_autograd.errors import all_finite as _all_finite
 
 decay = lambda y, t: -y  # noqa: E731
@@ -276,23 +276,83 @@ def test_the_solvers_print_nothing_and_a_failure_quotes_them(method, capfd):
     assert capfd.readouterr() == ("", "")
 
 
+def _caught_while(write):
+    """The solvers' lines caught while `write` runs, descriptor 1 redirected under odeint's lock
+    and let go as `solve` does."""
+    _lock.acquire()
+    file = _redirect()
+    try:
+        write()
+    finally:
+        caught = _let_go(None, file)
+    return caught
+
+
 def test_other_output_during_a_solve_is_written_back(capfd, monkeypatch):
     """While a solve runs, descriptor 1 goes to a file: the solvers' lines (they start with a
     space) are kept for an error, anything else (another thread's print) is written back."""
     other = "another thread\n[[1. 0.]\n [0. 1.]]\n   indented\n"
-    with _solver_messages() as caught:
+
+    def write():
         os.write(1, b" DVODE--  a   message\n       goes on\n      In above,  R1 = 0.1D+01\n")
         os.write(1, other.encode())
         os.write(1, b" lsoda--  another\n")
+    caught = _caught_while(write)
     assert caught == ["DVODE-- a message", "goes on", "In above, R1 = 0.1D+01", "lsoda-- another"]
     assert capfd.readouterr().out == other
+    assert not _lock._is_owned()
     # no temporary file to be had (a new process, no temporary folder): nothing caught or lost
     with monkeypatch.context() as patch:
         patch.setattr(os, "getpid", lambda: -1)
         patch.setattr(tempfile, "tempdir", "/nonexistent")
-        with _solver_messages() as caught:
-            os.write(1, b" DVODE--  printed\n")
+        caught = _caught_while(lambda: os.write(1, b" DVODE--  printed\n"))
     assert caught == [] and capfd.readouterr().out == " DVODE--  printed\n"
+
+
+# A forked child, and a child forked in the middle of a solve (its own output not caught).
+_FORKED = """
+import os, sys
+import numpy as np
+from odeint_autograd import ODESolverError, odeint
+
+def quoted():  # the solver's message, caught in this process's own file
+    try:
+        odeint(lambda y, t: -y, np.ones(1), [0.0, 1.0], method="lsoda", rtol=1e-15, atol=0.0)
+    except ODESolverError as error:
+        return "(the solver printed: lsoda--" in str(error)
+
+def forks_once(y, t):
+    if not hasattr(forks_once, "done"):
+        forks_once.done = True
+        child = os.fork()
+        if child == 0:
+            print("printed by a child forked in the dynamics", flush=True)
+            os._exit(0)
+        os.waitpid(child, 0)
+    return -y
+
+print("parent", quoted(), flush=True)
+child = os.fork()
+if child == 0:
+    print("child", quoted(), odeint(forks_once, np.ones(1), [0.0, 1.0])[-1, 0], quoted(),
+          flush=True)
+    os._exit(0)
+os.waitpid(child, 0)
+print("parent", quoted(), flush=True)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="POSIX")
+def test_forked_processes_catch_their_own_messages_and_a_child_forked_in_a_solve_prints():
+    run = subprocess.run([sys.executable, "-c", _FORKED], timeout=120, capture_output=True,
+                         text=True)
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[0] == "parent True" and lines[-1] == "parent True", lines
+    assert "printed by a child forked in the dynamics" in lines, lines
+    child = next(line.split() for line in lines if line.startswith("child"))
+    assert child[1] == child[3] == "True", lines
+    np.testing.assert_allclose(float(child[2]), np.exp(-1.0), rtol=1e-6)
 
 
 def test_lsodas_repeated_illegal_input_keeps_its_diagnosis():
@@ -451,6 +511,7 @@ import sys, threading, time
 import numpy as np
 from scipy.integrate import ode, solve_ivp
 from odeint_autograd import ODESolverError, odeint
+from odeint_autograd._scipy import SCIPY_INTEGRATORS
 
 def scipy_solve(f, y, t1, how):  # z(t1) of dz/dt = f(z) from z(0) = y by one of scipy's solvers
     if how == "solve_ivp LSODA":
@@ -496,7 +557,7 @@ def solve(where, y0):  # dz/dt = exp(-0.1) z over [0, 1]: one solver nested in t
     return scipy_solve(odeint_decay, y0, 1.0, how)
 
 method, how, where = sys.argv[1:]
-ode_name = "lsoda" if method == "lsoda" else "vode"  # scipy's name of odeint's solver
+ode_name = SCIPY_INTEGRATORS[method]  # scipy's name of odeint's solver
 if how == "other thread":  # another thread's solve by the same solver waits for odeint's
     out = {}
     def other():
@@ -581,7 +642,7 @@ _OTHER = [("lsoda", "ode vode"), ("adams", "ode lsoda"), ("bdf", "solve_ivp LSOD
 def test_scipy_solver_nested_with_odeint_is_refused_only_where_scipy_would_wait_forever(
         method, how, where):
     first, after = _run_nested(method, how, where)
-    name = "LSODA" if method == "lsoda" else "VODE"
+    name = SCIPY_INTEGRATORS[method].upper()
     if (method, how) in _SAME and "caught" not in where:
         assert first.startswith(f"refused NestedSolveError odeint ({method}) failed"), first
         assert "would wait forever" in first and f"scipy's {name}" in first, first
@@ -596,7 +657,7 @@ def test_scipy_solver_nested_with_odeint_is_refused_only_where_scipy_would_wait_
                                         ("lsoda", "ode vode")])
 def test_scipy_solver_in_the_adjoint_solve_is_refused_there(method, how):
     first = _run_nested(method, how, "inside odeint's adjoint")[0]
-    if ("LSODA" if method == "lsoda" else "VODE") in how.upper():
+    if SCIPY_INTEGRATORS[method].upper() in how.upper():
         assert first.startswith("refused") and "in the adjoint (backward) solve" in first, first
         assert "adjoint_method=" in first, first
     else:  # d/dy0 of y0 exp(-1), the backward dynamics' vjp e^0.1 e^-0.1 v = v: exp(-1)
@@ -710,6 +771,55 @@ def test_an_interrupt_anywhere_in_a_solve_leaves_both_solvers_usable(method, nam
     assert k > 20  # the interrupts landed in that many places
     np.testing.assert_allclose(odeint(decay, Y0, [0.0, 1.0], method=method, rtol=1e-10,
                                       atol=1e-12)[-1], Y0 * np.exp(-1.0), rtol=1e-8)
+
+
+# A fresh process: nothing a first solve sets up (here or in the standard library) is there yet.
+_INTERRUPTED_FIRST_SOLVES = """
+import os, sys
+import numpy as np
+from odeint_autograd import odeint
+
+def let_go_at(k):  # whether an interrupt came at the k-th place in odeint's or tempfile's code
+    seen = [0]
+    def hook(frame, event, arg):
+        if (event in ("call", "c_return")
+                and frame.f_code.co_filename.endswith(("_scipy.py", "tempfile.py"))):
+            seen[0] += 1
+            if seen[0] == k:
+                sys.setprofile(None)
+                raise KeyboardInterrupt
+    sys.setprofile(hook)
+    try:
+        odeint(lambda y, t: -y, np.ones(1), [0.0, 1.0], method=sys.argv[1])
+    except KeyboardInterrupt:
+        return True
+    finally:
+        sys.setprofile(None)
+    return False
+
+descriptors, k = len(os.listdir("/proc/self/fd")), 1
+while let_go_at(k):
+    k += 1
+print(k - 1, len(os.listdir("/proc/self/fd")) - descriptors,
+      odeint(lambda y, t: -y, np.ones(1), [0.0, 1.0], method=sys.argv[1], rtol=1e-10,
+             atol=1e-12)[-1, 0])
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/fd"), reason="Linux's /proc")
+@pytest.mark.parametrize("method", ["lsoda", "adams"])
+def test_interrupts_in_the_first_solves_of_a_process_leave_the_next_solve_free(method):
+    """An interrupt at each place in turn of odeint's code and tempfile's: the first solve made
+    odeint's file for the solvers' messages (tempfile's first use, cut short, left its lock held
+    and every later solve waiting forever) and each solve a descriptor for descriptor 1's
+    original (leaked where an interrupt came as os.dup returned): no descriptor may leak."""
+    run = subprocess.run([sys.executable, "-c", _INTERRUPTED_FIRST_SOLVES, method], timeout=120,
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    interrupted, leaked, value = run.stdout.split()
+    assert int(interrupted) > 100  # the interrupts landed in that many places
+    assert int(leaked) == 0
+    np.testing.assert_allclose(float(value), np.exp(-1.0), rtol=1e-8)
 
 
 def test_nested_solve_with_a_python_solver_works():
