@@ -59,10 +59,11 @@ def odeint(func, y0, t, args=(), *, rtol=None, atol=None, method="lsoda",
     a wrong solution without an error (measured): split the solve where func jumps. func may run
     scipy's solvers, and odeint may run inside theirs, except the solver odeint runs (LSODA under
     'lsoda', VODE under 'adams' and 'bdf', adjoint_method's in the backward solve), which cannot
-    nest: that raises NestedSolveError (an ODESolverError) where scipy would wait forever. Other
-    threads' runs of that solver wait while odeint solves (one part-way through a solve then
-    raises scipy's IntegratorConcurrencyError, as between two of scipy's own); two threads that
-    nest the two solvers in opposite orders wait on each other, as scipy's own do.
+    nest: that raises NestedSolveError (an ODESolverError) where scipy would wait forever, as
+    does an odeint by VODE or LSODA inside another odeint by either. Other threads' runs of that
+    solver wait while odeint solves (one part-way through a solve then raises scipy's
+    IntegratorConcurrencyError, as between two of scipy's own); two threads that nest the two
+    solvers in opposite orders wait on each other, as scipy's own do.
     y0 has any shape; t is 1-D, at least two strictly increasing or strictly decreasing times.
     Returns an array (len(t),) + y0.shape whose first row is y0. Gradients (any order) flow to
     y0, every entry of t and every float array in `args` (a tuple; its entries may be arrays,

@@ -24,14 +24,12 @@ solver did. Four properties of scipy's solvers shape this file:
 - scipy 1.17 replaced the Fortran VODE and LSODA with a C translation that returns wrong answers
   for some methods (docs/scipy_version.md); `refuse_broken` keeps them from running.
 - VODE and LSODA print their messages (warnings on successful solves too) straight to file
-  descriptor 1, past sys.stdout and the warnings filter. `_redirect` catches that text
-  during a solve: a failure's error quotes it, a success drops it.
+  descriptor 1, past sys.stdout and the warnings filter. `_messages` catches that text during a
+  solve: a failure's error quotes it, a success drops it.
 """
 import _thread
-import os
 import re
 import sys
-import tempfile
 import threading
 import warnings
 
@@ -39,6 +37,7 @@ import numpy as np
 import scipy
 from scipy.integrate import _ode, ode
 
+from ._messages import collect, redirect, redirected_here, restore
 from .errors import GIVE_ATOL, NestedSolveError, ODESolverError, all_finite
 
 # States above this size get a diagonal finite-difference Jacobian in the stiff methods instead of
@@ -216,164 +215,23 @@ def _take(method, integrator):
             pass
 
 
-def _let_go(method, file=None):
-    """Undo what `_take` and `_redirect` did for this thread, and return the solvers' message
-    lines caught in `file` (collected under odeint's lock: the file is process-wide). Each step
-    repeats safely, so that a second call completes a first that an interrupt (Ctrl-C) cut
+def _let_go(method, catch=None):
+    """Undo what `_take` and `redirect` did for this thread, and return the solvers' message
+    lines caught in `catch` (collected under odeint's lock: descriptor 1 is process-wide). Each
+    step repeats safely, so that a second call completes a first that an interrupt (Ctrl-C) cut
     short; the locks are let go once descriptor 1 is back, or cannot be put back."""
     scipy_lock, caught = _LOCKS.get(method), []
     try:
-        _restore()
+        restore()
         if _lock._is_owned():
-            caught = _collect(file)
+            caught = collect(catch)
     finally:
-        if not _redirected_here():  # else held until descriptor 1 is back (by the second call)
+        if not redirected_here():  # else held until descriptor 1 is back (by the second call)
             if scipy_lock is not None and scipy_lock._is_owned():
                 scipy_lock.own = None
                 _release_held(scipy_lock)
             _release_held(_lock)
     return caught
-
-
-_catch = {}  # by process id (a fork makes its own): its file for the messages, `keep`
-_redirected = []  # while _redirect holds descriptor 1: (keep, the file's descriptor, the thread)
-# a line of VODE/LSODA's messages: "<ROUTINE>--  text", then lines indented by 6 or more spaces
-_MESSAGE_HEAD, _MESSAGE_MORE = re.compile(r" ?[A-Za-z]+--"), re.compile(r" {6}")
-
-
-def _fortran_flushes():
-    """The FLUSH of every libgfortran in this process (scipy's wheels load more than one, all
-    there once scipy.integrate is imported; found in /proc/self/maps, so on Linux only)."""
-    import ctypes
-    try:
-        with open("/proc/self/maps") as maps:
-            paths = {line.split(maxsplit=5)[-1].strip().removesuffix(" (deleted)")
-                     for line in maps if "libgfortran" in line}
-    except OSError:
-        return ()
-    flushes = []
-    for path in sorted(paths):
-        try:
-            flushes.append(ctypes.CDLL(path)._gfortran_flush_i4)
-        except (OSError, AttributeError):
-            pass
-    return tuple(flushes)
-
-
-# Found at import: found in a solve, the search could be cut short by each interrupt, for good.
-_FORTRAN_FLUSHES = _fortran_flushes()
-
-
-def _flush_fortran():
-    """Flush every Fortran output unit: unit 6, descriptor 1, is buffered when that is a regular
-    file, and would otherwise write the solvers' text out later, at exit."""
-    for flush in _FORTRAN_FLUSHES:
-        flush(None)  # a null unit: every unit
-
-
-def _restore_in_child():
-    """A process forked during a solve gets descriptor 1 back (its own output is not caught)."""
-    if _redirected:
-        os.dup2(_redirected[0][0], 1)
-
-
-if hasattr(os, "register_at_fork"):  # POSIX
-    os.register_at_fork(after_in_child=_restore_in_child)
-
-
-def _split_messages(lines):
-    """VODE/LSODA's message lines (whitespace collapsed), and the other lines as they were."""
-    theirs, other, inside = [], [], False
-    for line in lines:
-        inside = bool(_MESSAGE_HEAD.match(line) or inside and _MESSAGE_MORE.match(line))
-        if inside:
-            theirs.append(" ".join(line.split()))
-        else:
-            other.append(line)
-    return theirs, "".join(other)
-
-
-def _catch_file():
-    """This process's file for the solvers' messages, and `keep`, a descriptor that holds the
-    original descriptor 1 while a solve redirects it and the file between solves. Both are made
-    once per process (a forked child makes its own): a solve makes and closes no descriptor, so
-    that no interrupt can leak one."""
-    pid = os.getpid()
-    if pid not in _catch:
-        for file, keep in _catch.values():
-            file.close()
-            os.close(keep)
-        _catch.clear()
-        file = tempfile.TemporaryFile()
-        _catch[pid] = file, os.dup(file.fileno())
-    return _catch[pid]
-
-
-try:  # made at import: made in a solve, it could be cut short by each interrupt, a descriptor
-    _catch_file()  # leaked each time (and, on tempfile's first use, its lock left held for good)
-except OSError:
-    pass
-
-
-def _redirect():
-    """Send file descriptor 1 into this process's file, emptied first (only while holding odeint's
-    lock: the descriptor is process-wide), and return the file; None where it cannot (no
-    descriptor 1, no temporary file, `keep` closed by others). The original waits in `keep`."""
-    thread = threading.get_ident()
-    try:
-        file, keep = _catch_file()
-        if not (os.path.sameopenfile(keep, file.fileno()) or os.path.sameopenfile(keep, 1)):
-            return None  # its number someone else's now: not to be written over
-        file.seek(0)
-        file.truncate()
-        if sys.stdout is not None:
-            sys.stdout.flush()
-        os.dup2(1, keep, inheritable=False)
-    except (OSError, ValueError):
-        return None
-    _redirected[:] = [(keep, file.fileno(), thread)]
-    os.dup2(file.fileno(), 1)
-    return file
-
-
-def _redirected_here():
-    """Whether descriptor 1 is redirected by this thread (and so is this thread's to restore)."""
-    return bool(_redirected) and _redirected[0][2] == threading.get_ident()
-
-
-def _restore():
-    """Put descriptor 1 back, once what the solvers and sys.stdout buffered is in the file. Each
-    step repeats safely (see `_let_go`)."""
-    if _redirected_here():
-        try:
-            _flush_fortran()
-            if sys.stdout is not None:
-                sys.stdout.flush()
-        finally:
-            keep, file, _ = _redirected[0]
-            try:
-                os.dup2(keep, 1)
-            finally:  # once only, even where the dynamics closed `keep`
-                _redirected.clear()
-            try:  # keep no longer holds the original open
-                os.dup2(file, keep, inheritable=False)
-            except OSError:  # the dynamics closed the file: keep holds it until the next solve
-                pass
-
-
-def _collect(file):
-    """The solvers' message lines caught in `file` (VODE/LSODA's, whitespace collapsed); every
-    other line (a print in the dynamics, another thread's output) written back to descriptor 1."""
-    if file is None or not os.fstat(file.fileno()).st_size:
-        return []
-    file.seek(0)
-    text = file.read().replace(b"\0", b"").decode(errors="replace")
-    file.seek(0)
-    file.truncate()
-    theirs, other = _split_messages(text.splitlines(True))
-    if other:
-        os.write(1, other.encode())
-    return theirs
 
 
 def _quoted(messages):
@@ -520,14 +378,14 @@ def solve(fun, y0, t, method, rtol, atol, max_steps, counts, jacobian=None):
         solver = _integrator(guarded, y0, t[0], method, rtol, atol, max_steps, jacobian)
         # the locks and descriptor 1 are let go in this frame's `finally`, twice over: no pause of
         # Python's between taking and letting go (an interrupt's) can skip it
-        file = None
+        catch = None
         try:
             _take(method, solver._integrator)
-            file = _redirect()
+            catch = redirect()
             failure = _step(solver, guarded, method, y0, t, rtol, atol, max_steps, ys, counts)
         finally:
             try:
-                printed = _let_go(method, file)
+                printed = _let_go(method, catch)
             finally:  # again: an interrupt may have cut the first short
                 _let_go(method)
     guarded.check(method)

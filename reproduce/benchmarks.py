@@ -229,9 +229,10 @@ def interrupts_block():
     return "\n\n".join([
         f"`{data['command']}` ({data['date']}): {data['seconds']:g} s of solves, each "
         "interrupted at a random moment from 10 us to 2 ms, or to 1.5 times the median time of "
-        "its kind of solve where that is longer; solves that left a lock held or descriptor 1 redirected: "
-        f"{data['left_held']}; file descriptors leaked in all: {data['descriptors_leaked']}.",
-        table(["solve", "latest interrupt (ms)", "finished", "interrupted",
+        "its kind of solve where that is longer; solves that left a lock held or descriptor 1 "
+        f"redirected: {data['left_held']}; file descriptors leaked in all: "
+        f"{data['descriptors_leaked']}.",
+        table(["solve", "interrupts drawn up to (ms)", "finished", "interrupted",
                "left something held"], rows)])
 
 

@@ -13,7 +13,8 @@ from autograd import grad
 from scipy.integrate import _ode as scipy_ode
 
 from odeint_autograd import DEFAULT_TOL, METHODS, ODESolverError, odeint
-from odeint_autograd._scipy import SCIPY_INTEGRATORS, _let_go, _lock, _redirect
+from odeint_autograd._messages import redirect
+from odeint_autograd._scipy import SCIPY_INTEGRATORS, _let_go, _lock
 from odeint_autograd.errors import all_finite as _all_finite
 
 decay = lambda y, t: -y  # noqa: E731
@@ -280,11 +281,11 @@ def _caught_while(write):
     """The solvers' lines caught while `write` runs, descriptor 1 redirected under odeint's lock
     and let go as `solve` does."""
     _lock.acquire()
-    file = _redirect()
+    catch = redirect()
     try:
         write()
     finally:
-        caught = _let_go(None, file)
+        caught = _let_go(None, catch)
     return caught
 
 
@@ -309,50 +310,130 @@ def test_other_output_during_a_solve_is_written_back(capfd, monkeypatch):
     assert caught == [] and capfd.readouterr().out == " DVODE--  printed\n"
 
 
-# A forked child, and a child forked in the middle of a solve (its own output not caught).
+# Processes forked before a solve and during one; what each prints, and whether its solver's
+# message was caught in its own file and quoted.
 _FORKED = """
 import os, sys
 import numpy as np
 from odeint_autograd import ODESolverError, odeint
 
-def quoted():  # the solver's message, caught in this process's own file
+ORIGINAL = os.fstat(1)
+
+def quoted():
     try:
         odeint(lambda y, t: -y, np.ones(1), [0.0, 1.0], method="lsoda", rtol=1e-15, atol=0.0)
     except ODESolverError as error:
         return "(the solver printed: lsoda--" in str(error)
 
-def forks_once(y, t):
-    if not hasattr(forks_once, "done"):
-        forks_once.done = True
+def solve(dynamics):
+    return odeint(dynamics, np.ones(1), [0.0, 1.0])[-1, 0]
+
+def forks_in_the_dynamics(y, t):
+    if not hasattr(forks_in_the_dynamics, "done"):
+        forks_in_the_dynamics.done = True
         child = os.fork()
         if child == 0:
-            print("printed by a child forked in the dynamics", flush=True)
+            print("forked in a solve, its stdout the original:",
+                  os.path.samestat(os.fstat(1), ORIGINAL), flush=True)
             os._exit(0)
         os.waitpid(child, 0)
     return -y
 
-print("parent", quoted(), flush=True)
-child = os.fork()
-if child == 0:
-    print("child", quoted(), odeint(forks_once, np.ones(1), [0.0, 1.0])[-1, 0], quoted(),
-          flush=True)
+go, gone = os.pipe(), os.pipe()
+overlapping = os.fork()
+if overlapping == 0:  # solves while the parent's solve has descriptor 1 redirected
+    os.read(go[0], 1)
+    print("overlapping child quoted:", quoted(), flush=True)
+    os.write(gone[1], b"x")
     os._exit(0)
-os.waitpid(child, 0)
-print("parent", quoted(), flush=True)
+
+def lets_the_child_solve(y, t):
+    if not hasattr(lets_the_child_solve, "done"):
+        lets_the_child_solve.done = True
+        os.write(1, b"printed in the parent's dynamics\\n")
+        os.write(go[1], b"x")
+        os.read(gone[0], 1)
+    return -y
+
+print("parent:", solve(lets_the_child_solve), flush=True)
+os.waitpid(overlapping, 0)
+daemon = os.fork()
+if daemon == 0:  # closes every descriptor it inherited, as a daemon does, then opens its own
+    os.closerange(3, 1024)
+    log = os.open(os.path.join(sys.argv[1], "log"), os.O_RDWR | os.O_CREAT, 0o600)
+    os.write(log, b"the daemon's log\\n")
+    print("daemon quoted:", quoted(), flush=True)
+    os.lseek(log, 0, os.SEEK_SET)
+    print("daemon's log intact:", os.read(log, 100) == b"the daemon's log\\n", flush=True)
+    os._exit(0)
+os.waitpid(daemon, 0)
+print("parent:", solve(forks_in_the_dynamics), quoted(), flush=True)
 """
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="POSIX")
-def test_forked_processes_catch_their_own_messages_and_a_child_forked_in_a_solve_prints():
-    run = subprocess.run([sys.executable, "-c", _FORKED], timeout=120, capture_output=True,
-                         text=True)
+def test_forked_processes_catch_their_own_messages_and_leave_their_descriptors_alone(tmp_path):
+    """A child forked before a solve solves while the parent's is under way (one file between
+    them would lose the parent's output); a daemon closes what it inherited and opens its own
+    descriptors (closing odeint's by number in its first solve would close its own); a child
+    forked in the dynamics prints to the original descriptor 1."""
+    run = subprocess.run([sys.executable, "-c", _FORKED, str(tmp_path)], timeout=120,
+                         capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
-    assert lines[0] == "parent True" and lines[-1] == "parent True", lines
-    assert "printed by a child forked in the dynamics" in lines, lines
-    child = next(line.split() for line in lines if line.startswith("child"))
-    assert child[1] == child[3] == "True", lines
-    np.testing.assert_allclose(float(child[2]), np.exp(-1.0), rtol=1e-6)
+    for expected in ["overlapping child quoted: True", "printed in the parent's dynamics",
+                     "daemon quoted: True", "daemon's log intact: True",
+                     "forked in a solve, its stdout the original: True"]:
+        assert expected in lines, lines
+    finals = [line.split() for line in lines if line.startswith("parent:")]
+    np.testing.assert_allclose([float(final[1]) for final in finals], np.exp(-1.0), rtol=1e-6)
+    assert finals[1][2] == "True", lines
+
+
+# Descriptors odeint keeps, closed by the dynamics and their numbers reused by the dynamics'
+# own files: never written over; the solve that closed the file still succeeds.
+_CLOSED = """
+import os, sys
+import numpy as np
+from odeint_autograd import ODESolverError, odeint
+from odeint_autograd import _messages
+
+def quoted():
+    try:
+        odeint(lambda y, t: -y, np.ones(1), [0.0, 1.0], method="lsoda", rtol=1e-15, atol=0.0)
+    except ODESolverError as error:
+        return "(the solver printed: lsoda--" in str(error)
+
+def takes_over(name):
+    def dynamics(y, t):
+        if not hasattr(dynamics, "done"):
+            dynamics.done = True
+            number = getattr(_messages._catch, name)
+            os.close(number)
+            mine = os.open(os.path.join(sys.argv[1], name), os.O_RDWR | os.O_CREAT, 0o600)
+            assert mine == number
+            os.write(mine, b"the dynamics' own file")
+        return -y
+    return dynamics
+
+print("solved:", odeint(takes_over("fd"), np.ones(1), [0.0, 1.0])[-1, 0], quoted(), flush=True)
+try:
+    odeint(takes_over("keep"), np.ones(1), [0.0, 1.0])
+except OSError as error:
+    os.write(2, ("keep: " + str(error) + "\\n").encode())
+"""
+
+
+def test_descriptors_the_dynamics_closed_and_reopened_are_not_written_over(tmp_path):
+    run = subprocess.run([sys.executable, "-c", _CLOSED, str(tmp_path)], timeout=120,
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    solved = run.stdout.split()
+    np.testing.assert_allclose(float(solved[1]), np.exp(-1.0), rtol=1e-6)
+    assert solved[2] == "True", run.stdout
+    assert "1's original during the solve, was closed by the dynamics" in run.stderr
+    for name in ("fd", "keep"):
+        assert (tmp_path / name).read_bytes() == b"the dynamics' own file", name
 
 
 def test_lsodas_repeated_illegal_input_keeps_its_diagnosis():
@@ -746,8 +827,8 @@ def test_an_interrupt_anywhere_in_a_solve_leaves_both_solvers_usable(method, nam
         seen = [0]
 
         def hook(frame, event, arg):
-            if (event in ("call", "c_return")
-                    and frame.f_code.co_filename.endswith(("_scipy.py", "_ode.py", "contextlib.py"))):
+            files = ("_scipy.py", "_messages.py", "_ode.py", "contextlib.py")
+            if event in ("call", "c_return") and frame.f_code.co_filename.endswith(files):
                 seen[0] += 1
                 if seen[0] == k:
                     sys.setprofile(None)
@@ -773,17 +854,18 @@ def test_an_interrupt_anywhere_in_a_solve_leaves_both_solvers_usable(method, nam
                                       atol=1e-12)[-1], Y0 * np.exp(-1.0), rtol=1e-8)
 
 
-# A fresh process: nothing a first solve sets up (here or in the standard library) is there yet.
+# A fresh process, interrupted at each place in odeint's code in turn; after each interrupt,
+# descriptor 1 moved on (as pytest's capfd does) and a solve that must quote its solver's message.
 _INTERRUPTED_FIRST_SOLVES = """
-import os, sys
+import os, sys, tempfile
 import numpy as np
-from odeint_autograd import odeint
+from odeint_autograd import ODESolverError, odeint
 
-def let_go_at(k):  # whether an interrupt came at the k-th place in odeint's or tempfile's code
+def let_go_at(k):  # whether an interrupt came at the k-th place
     seen = [0]
     def hook(frame, event, arg):
         if (event in ("call", "c_return")
-                and frame.f_code.co_filename.endswith(("_scipy.py", "tempfile.py"))):
+                and frame.f_code.co_filename.endswith(("_scipy.py", "_messages.py"))):
             seen[0] += 1
             if seen[0] == k:
                 sys.setprofile(None)
@@ -797,10 +879,26 @@ def let_go_at(k):  # whether an interrupt came at the k-th place in odeint's or 
         sys.setprofile(None)
     return False
 
-descriptors, k = len(os.listdir("/proc/self/fd")), 1
+def quoted_with_descriptor_1_moved():
+    real = os.dup(1)
+    with tempfile.TemporaryFile() as moved:
+        os.dup2(moved.fileno(), 1)
+        try:
+            odeint(lambda y, t: -y, np.ones(1), [0.0, 1.0], method=sys.argv[1], rtol=1e-16,
+                   atol=0.0)
+        except ODESolverError as error:
+            quoted = "(the solver printed:" in str(error)
+        os.dup2(real, 1)
+        os.close(real)
+        moved.seek(0)
+        return quoted and not moved.read()
+
+descriptors, k, lost = len(os.listdir("/proc/self/fd")), 1, []
 while let_go_at(k):
+    if not quoted_with_descriptor_1_moved():
+        lost.append(k)
     k += 1
-print(k - 1, len(os.listdir("/proc/self/fd")) - descriptors,
+print(k - 1, len(os.listdir("/proc/self/fd")) - descriptors, len(lost),
       odeint(lambda y, t: -y, np.ones(1), [0.0, 1.0], method=sys.argv[1], rtol=1e-10,
              atol=1e-12)[-1, 0])
 """
@@ -808,17 +906,18 @@ print(k - 1, len(os.listdir("/proc/self/fd")) - descriptors,
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/fd"), reason="Linux's /proc")
 @pytest.mark.parametrize("method", ["lsoda", "adams"])
-def test_interrupts_in_the_first_solves_of_a_process_leave_the_next_solve_free(method):
-    """An interrupt at each place in turn of odeint's code and tempfile's: the first solve made
-    odeint's file for the solvers' messages (tempfile's first use, cut short, left its lock held
-    and every later solve waiting forever) and each solve a descriptor for descriptor 1's
-    original (leaked where an interrupt came as os.dup returned): no descriptor may leak."""
-    run = subprocess.run([sys.executable, "-c", _INTERRUPTED_FIRST_SOLVES, method], timeout=120,
+def test_interrupts_in_the_first_solves_of_a_process_leak_nothing_and_lose_no_message(method):
+    """A process's first solve once made odeint's file for the solvers' messages (tempfile's
+    first use, cut short, left its lock held and every later solve waiting for good), and each
+    solve a descriptor for descriptor 1's original (leaked where an interrupt came as os.dup
+    returned). Interrupted anywhere, a solve leaks no descriptor, and the next, with descriptor
+    1 moved on since, quotes its solver's message and prints nothing."""
+    run = subprocess.run([sys.executable, "-c", _INTERRUPTED_FIRST_SOLVES, method], timeout=300,
                          capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
-    interrupted, leaked, value = run.stdout.split()
+    interrupted, leaked, lost, value = run.stdout.split()
     assert int(interrupted) > 100  # the interrupts landed in that many places
-    assert int(leaked) == 0
+    assert int(leaked) == 0 and int(lost) == 0
     np.testing.assert_allclose(float(value), np.exp(-1.0), rtol=1e-8)
 
 
