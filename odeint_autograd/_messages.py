@@ -12,9 +12,11 @@ would leak), and nothing in the standard library is set up for the first time in
 (tempfile's first use, cut short, leaves its lock held for good): the file, and `keep`, a
 descriptor that holds descriptor 1's original while a solve redirects it, are made once per
 process, at import (a forked child makes its own at the fork). Every step of `restore` repeats
-safely, for the caller's `finally` to run it twice over. Each descriptor is checked by the file
-it opens before it is read, truncated or written over: one that someone else closed, its
-number reused, is never touched.
+safely, for the caller's `finally` to run it twice over (a second interrupt while the first is
+handled can still leave descriptor 1 redirected). Each descriptor is checked by the file it
+opens before it is read, truncated or written over: one that someone else closed, its number
+reused, is never touched. A subprocess started during a solve (by the dynamics, another thread)
+inherits descriptor 1 redirected: what it prints after the solve is lost.
 """
 import errno
 import os
@@ -37,22 +39,32 @@ def _identity(fd):
     return status.st_dev, status.st_ino
 
 
+def _duplicate(fd):
+    """A duplicate of `fd` numbered 3 or above: never standard input, output or error, which may
+    be closed now and opened later."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX
+        return os.dup(fd)
+    return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+
+
 class Catch:
     """This process's file for the solvers' messages (descriptor `fd`) and `keep`, which holds
     the file between solves and descriptor 1's original (`original`, the file it opens) while
-    a solve redirects it."""
+    a solve redirects it (`holding`)."""
 
     def __init__(self):
         with tempfile.TemporaryFile() as file:
-            self.fd = os.dup(file.fileno())
-        self.keep = os.dup(self.fd)
+            self.fd = _duplicate(file.fileno())
+        self.keep = _duplicate(self.fd)
         self.pid, self.file = os.getpid(), _identity(self.fd)
-        self.original = self.file
+        self.original, self.holding = self.file, False
 
     def intact(self):
         """Whether both descriptors still open what this made them open."""
-        return (_identity(self.fd) == self.file
-                and _identity(self.keep) in (self.file, self.original))
+        return (_identity(self.fd) == self.file and _identity(self.keep)
+                in ((self.file, self.original) if self.holding else (self.file,)))
 
 
 _catch = None  # this process's Catch
@@ -76,6 +88,7 @@ def redirect():
         catch = _this_process()
         os.ftruncate(catch.fd, 0)
         os.lseek(catch.fd, 0, os.SEEK_SET)
+        _flush_fortran()  # what scipy's solvers printed before, to where it was going
         if sys.stdout is not None:
             sys.stdout.flush()
         original = _identity(1)
@@ -83,7 +96,7 @@ def redirect():
         return None
     if original is None:
         return None
-    catch.original = original  # before keep holds it: `intact` accepts keep either way
+    catch.original, catch.holding = original, True  # before keep holds it
     _redirected[:] = [(thread, catch)]
     os.dup2(1, catch.keep, inheritable=False)
     os.dup2(catch.fd, 1)
@@ -96,8 +109,9 @@ def redirected_here():
 
 
 def restore():
-    """Put descriptor 1 back, once what the solvers and sys.stdout buffered is in the file, and
-    point keep at the file again (so that it holds nothing of the caller's open)."""
+    """Put descriptor 1 back, once what the solvers and sys.stdout buffered is in the file, then
+    keep back on the file (so that it holds nothing of the caller's open). The record is cleared
+    last: a second call completes what an interrupt cut short."""
     if not redirected_here():
         return
     catch = _redirected[0][1]
@@ -105,22 +119,25 @@ def restore():
         _flush_fortran()
         if sys.stdout is not None:
             sys.stdout.flush()
-    finally:  # an interrupt before the record is cleared leaves the rest to the second call
-        if _identity(1) in (catch.file, None):  # not moved on by the dynamics: put back
-            kept = _identity(catch.keep) == catch.original
-            try:
-                if kept:
-                    os.dup2(catch.keep, 1)
-            finally:
-                _redirected.clear()
-            if not kept:
-                raise OSError(errno.EBADF, f"descriptor {catch.keep}, which held descriptor 1's "
-                              "original during the solve, was closed by the dynamics; "
-                              "descriptor 1 is left on odeint's file for the solvers' messages")
-        else:
+    finally:
+        try:
+            if _identity(1) in (catch.file, None):  # not moved on by the dynamics: put back
+                if _identity(catch.keep) != catch.original:
+                    raise OSError(errno.EBADF, f"descriptor {catch.keep}, which held descriptor "
+                                  "1's original during the solve, was closed by the dynamics; "
+                                  "descriptor 1 is left on odeint's file for the solvers' "
+                                  "messages")
+                os.dup2(catch.keep, 1)
+            if _identity(catch.keep) == catch.original:
+                if _identity(catch.fd) == catch.file:
+                    os.dup2(catch.fd, catch.keep, inheritable=False)
+                else:  # the dynamics closed the file: its number may be theirs now
+                    os.close(catch.keep)
+            catch.holding = False
+        except OSError:
             _redirected.clear()
-        if _identity(catch.keep) == catch.original:
-            os.dup2(catch.fd, catch.keep, inheritable=False)
+            raise
+        _redirected.clear()
 
 
 def collect(catch):
@@ -134,8 +151,9 @@ def collect(catch):
     os.lseek(catch.fd, 0, os.SEEK_SET)
     text = b"".join(chunks).replace(b"\0", b"").decode(errors="replace")
     theirs, other = split_messages(text.splitlines(True))
-    if other:
-        os.write(1, other.encode())
+    other = other.encode()
+    while other:
+        other = other[os.write(1, other):]
     return theirs
 
 

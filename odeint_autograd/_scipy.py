@@ -28,6 +28,7 @@ solver did. Four properties of scipy's solvers shape this file:
   solve: a failure's error quotes it, a success drops it.
 """
 import _thread
+import os
 import re
 import sys
 import threading
@@ -173,6 +174,25 @@ for _name, _methods, _solver, _calls, _other in (
             _found = _SolverLock(_solver, _calls, _other)
             setattr(_ode, _name, _found)
         _LOCKS.update(dict.fromkeys(_methods, _found))
+
+
+def _free_in_child():
+    """A forked child has only the thread that forked: a lock that another thread held (its
+    solve under way) would be held for good. Such locks are made anew; the forking thread's
+    own (a fork in the dynamics) stay held, for its solve to let go."""
+    for lock in (_lock, *_LOCKS.values()):
+        if lock._is_owned():
+            continue
+        if lock.acquire(blocking=False):
+            lock.release()
+        else:
+            lock._at_fork_reinit()
+        if isinstance(lock, _SolverLock):
+            lock.own = None
+
+
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_free_in_child)
 
 
 def _refuse_nested(method):
@@ -387,7 +407,7 @@ def solve(fun, y0, t, method, rtol, atol, max_steps, counts, jacobian=None):
             try:
                 printed = _let_go(method, catch)
             finally:  # again: an interrupt may have cut the first short
-                _let_go(method)
+                _let_go(method, catch)
     guarded.check(method)
     if failure is not None:  # (why, the time reached), the solver's printed lines quoted
         reason, reached = failure

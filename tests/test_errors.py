@@ -357,6 +357,30 @@ def lets_the_child_solve(y, t):
 
 print("parent:", solve(lets_the_child_solve), flush=True)
 os.waitpid(overlapping, 0)
+import signal, threading
+from odeint_autograd import _messages
+parents = _messages._catch.file
+started, finish = threading.Event(), threading.Event()
+
+def waits(y, t):
+    started.set()
+    finish.wait()
+    return -y
+
+other = threading.Thread(target=odeint, args=(waits, np.ones(1), [0.0, 1.0]))
+other.start()
+started.wait()
+during = os.fork()
+if during == 0:  # forked while another thread's solve holds odeint's locks and descriptor 1
+    signal.alarm(60)
+    print("forked during another thread's solve, its own file:",
+          _messages._catch.pid == os.getpid() and _messages._catch.file != parents,
+          "its stdout the original:", os.path.samestat(os.fstat(1), ORIGINAL), flush=True)
+    print("and solves:", solve(lambda y, t: -y), quoted(), flush=True)
+    os._exit(0)
+os.waitpid(during, 0)
+finish.set()
+other.join()
 daemon = os.fork()
 if daemon == 0:  # closes every descriptor it inherited, as a daemon does, then opens its own
     os.closerange(3, 1024)
@@ -374,29 +398,40 @@ print("parent:", solve(forks_in_the_dynamics), quoted(), flush=True)
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="POSIX")
 def test_forked_processes_catch_their_own_messages_and_leave_their_descriptors_alone(tmp_path):
     """A child forked before a solve solves while the parent's is under way (one file between
-    them would lose the parent's output); a daemon closes what it inherited and opens its own
-    descriptors (closing odeint's by number in its first solve would close its own); a child
-    forked in the dynamics prints to the original descriptor 1."""
+    them would lose the parent's output); a child forked while another thread solves has its
+    own file, descriptor 1 back and odeint's locks free (their holder is not in the child); a
+    daemon closes what it inherited and opens its own descriptors (closing odeint's by number
+    in its first solve would close its own); a child forked in the dynamics prints to the
+    original descriptor 1."""
     run = subprocess.run([sys.executable, "-c", _FORKED, str(tmp_path)], timeout=120,
                          capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
     for expected in ["overlapping child quoted: True", "printed in the parent's dynamics",
                      "daemon quoted: True", "daemon's log intact: True",
-                     "forked in a solve, its stdout the original: True"]:
+                     "forked in a solve, its stdout the original: True",
+                     "forked during another thread's solve, its own file: True its stdout the "
+                     "original: True"]:
         assert expected in lines, lines
+    during = next(line.split() for line in lines if line.startswith("and solves:"))
+    np.testing.assert_allclose(float(during[2]), np.exp(-1.0), rtol=1e-6)
+    assert during[3] == "True", lines
     finals = [line.split() for line in lines if line.startswith("parent:")]
     np.testing.assert_allclose([float(final[1]) for final in finals], np.exp(-1.0), rtol=1e-6)
     assert finals[1][2] == "True", lines
 
 
-# Descriptors odeint keeps, closed by the dynamics and their numbers reused by the dynamics'
-# own files: never written over; the solve that closed the file still succeeds.
+# Descriptors odeint keeps, closed by others and their numbers reused for others' files (the
+# file standard output goes to, too): never written over or kept open; the solve that closed
+# odeint's file still succeeds. Standard output is a regular file here, as under pytest's capfd.
 _CLOSED = """
 import os, sys
 import numpy as np
+from scipy.integrate import ode
 from odeint_autograd import ODESolverError, odeint
 from odeint_autograd import _messages
+
+folder, stdout = sys.argv[1:]
 
 def quoted():
     try:
@@ -404,36 +439,80 @@ def quoted():
     except ODESolverError as error:
         return "(the solver printed: lsoda--" in str(error)
 
-def takes_over(name):
+def opened(path):  # how many descriptors open `path`
+    return sum(os.path.realpath(os.path.join("/proc/self/fd", fd)) == path
+               for fd in os.listdir("/proc/self/fd"))
+
+def take_over(name, path, text):  # close odeint's descriptor `name`, open `path` in its place
+    number = getattr(_messages._catch, name)
+    os.close(number)
+    mine = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
+    assert mine == number
+    os.write(mine, text)
+    return mine
+
+def taking_over(name):
     def dynamics(y, t):
         if not hasattr(dynamics, "done"):
             dynamics.done = True
-            number = getattr(_messages._catch, name)
-            os.close(number)
-            mine = os.open(os.path.join(sys.argv[1], name), os.O_RDWR | os.O_CREAT, 0o600)
-            assert mine == number
-            os.write(mine, b"the dynamics' own file")
+            take_over(name, os.path.join(folder, name), b"the dynamics' own file")
         return -y
     return dynamics
 
-print("solved:", odeint(takes_over("fd"), np.ones(1), [0.0, 1.0])[-1, 0], quoted(), flush=True)
+# scipy's own solver, then odeint's: what scipy printed reaches standard output
+r = ode(lambda t, z: -z).set_integrator("lsoda", rtol=1e-15, atol=0.0).set_initial_value([1.0])
+r.integrate(1.0)
+value = odeint(taking_over("fd"), np.ones(1), [0.0, 1.0])[-1, 0]
+print("solved:", value, quoted(), opened(os.path.join(folder, "fd")), flush=True)
+log = take_over("keep", stdout, b"")  # between solves: a log of the program's, on stdout's file
+print("log kept:", quoted(), os.path.realpath("/proc/self/fd/%d" % log) == stdout, flush=True)
 try:
-    odeint(takes_over("keep"), np.ones(1), [0.0, 1.0])
+    odeint(taking_over("keep"), np.ones(1), [0.0, 1.0])
 except OSError as error:
     os.write(2, ("keep: " + str(error) + "\\n").encode())
 """
 
 
-def test_descriptors_the_dynamics_closed_and_reopened_are_not_written_over(tmp_path):
-    run = subprocess.run([sys.executable, "-c", _CLOSED, str(tmp_path)], timeout=120,
-                         capture_output=True, text=True)
+@pytest.mark.skipif(not os.path.exists("/proc/self/fd"), reason="Linux's /proc")
+def test_descriptors_closed_and_reopened_by_others_are_not_written_over(tmp_path):
+    stdout = tmp_path / "stdout"
+    with open(stdout, "w") as out:
+        run = subprocess.run([sys.executable, "-c", _CLOSED, str(tmp_path), str(stdout)],
+                             timeout=120, stdout=out, stderr=subprocess.PIPE, text=True)
     assert run.returncode == 0, run.stderr
-    solved = run.stdout.split()
+    lines = stdout.read_text().splitlines()
+    assert any(line.startswith(" lsoda--") for line in lines), lines  # scipy's own, kept
+    solved = next(line.split() for line in lines if line.startswith("solved:"))
     np.testing.assert_allclose(float(solved[1]), np.exp(-1.0), rtol=1e-6)
-    assert solved[2] == "True", run.stdout
+    assert solved[2:] == ["True", "1"], lines  # quoted; the dynamics' file open once, theirs
+    assert "log kept: True True" in lines, lines
     assert "1's original during the solve, was closed by the dynamics" in run.stderr
     for name in ("fd", "keep"):
         assert (tmp_path / name).read_bytes() == b"the dynamics' own file", name
+
+
+@pytest.mark.parametrize("closed", [1, 2])
+def test_a_process_started_without_standard_output_or_error_solves(closed):
+    """odeint's descriptors are numbered 3 or above: made while descriptor 1 or 2 is closed,
+    one of them would otherwise become the process's standard output or error (every solve
+    then failed, or wrote stderr into odeint's file)."""
+    script = (f"import os; os.close({closed})\n"
+              "import numpy as np\n"
+              "from odeint_autograd import ODESolverError, odeint\n"
+              "out = os.open(os.devnull, os.O_WRONLY)  # takes the closed number\n"
+              "y = odeint(lambda y, t: -y, np.ones(1), [0.0, 1.0], rtol=1e-10, atol=1e-12)\n"
+              "try:\n"
+              "    odeint(lambda y, t: -y, np.ones(1), [0.0, 1.0], rtol=1e-15, atol=0.0)\n"
+              "except ODESolverError as error:\n"
+              "    quoted = '(the solver printed:' in str(error)\n"
+              f"os.write({3 - closed}, f'{{y[-1, 0]}} {{quoted}} {{out}}'.encode())\n")
+    run = subprocess.run([sys.executable, "-c", script], timeout=120, capture_output=True,
+                         text=True)
+    assert run.returncode == 0, run.stderr
+    value, quoted, out = (run.stdout if closed == 2 else run.stderr).split()
+    np.testing.assert_allclose(float(value), np.exp(-1.0), rtol=1e-8)
+    assert int(out) == closed
+    assert quoted == str(closed == 2)  # with no descriptor 1 as it loads, Fortran prints nothing
 
 
 def test_lsodas_repeated_illegal_input_keeps_its_diagnosis():
@@ -854,8 +933,9 @@ def test_an_interrupt_anywhere_in_a_solve_leaves_both_solvers_usable(method, nam
                                       atol=1e-12)[-1], Y0 * np.exp(-1.0), rtol=1e-8)
 
 
-# A fresh process, interrupted at each place in odeint's code in turn; after each interrupt,
-# descriptor 1 moved on (as pytest's capfd does) and a solve that must quote its solver's message.
+# A fresh process, interrupted at each place in odeint's code (and tempfile's, where a solve
+# calls it) in turn; after each interrupt, descriptor 1 moved on (as pytest's capfd does) and a
+# solve that must quote its solver's message.
 _INTERRUPTED_FIRST_SOLVES = """
 import os, sys, tempfile
 import numpy as np
@@ -865,7 +945,8 @@ def let_go_at(k):  # whether an interrupt came at the k-th place
     seen = [0]
     def hook(frame, event, arg):
         if (event in ("call", "c_return")
-                and frame.f_code.co_filename.endswith(("_scipy.py", "_messages.py"))):
+                and frame.f_code.co_filename.endswith(("_scipy.py", "_messages.py",
+                                                       "tempfile.py"))):
             seen[0] += 1
             if seen[0] == k:
                 sys.setprofile(None)
