@@ -13,7 +13,8 @@ would leak), and nothing in the standard library is set up for the first time in
 descriptor that holds descriptor 1's original while a solve redirects it, are made once per
 process, at import (a forked child makes its own at the fork). Every step of `restore` repeats
 safely, for the caller's `finally` to run it twice over (a second interrupt while the first is
-handled can still leave descriptor 1 redirected). Each descriptor is checked by the file it
+handled can still leave descriptor 1 redirected; one as the file is read can lose what the
+dynamics printed). Each descriptor is checked by the file it
 opens before it is read, truncated or written over: one that someone else closed, its number
 reused, is never touched. A subprocess started during a solve (by the dynamics, another thread)
 inherits descriptor 1 redirected: what it prints after the solve is lost.
@@ -25,6 +26,10 @@ import sys
 import tempfile
 import threading
 
+try:
+    import fcntl
+except ImportError:  # not POSIX
+    fcntl = None
 import scipy.integrate  # noqa: F401 -- loads the solvers' libgfortran, for _fortran_flushes
 # a line of VODE/LSODA's messages: "<ROUTINE>--  text", then lines indented by 6 or more spaces
 _MESSAGE_HEAD, _MESSAGE_MORE = re.compile(r" ?[A-Za-z]+--"), re.compile(r" {6}")
@@ -40,13 +45,13 @@ def _identity(fd):
 
 
 def _duplicate(fd):
-    """A duplicate of `fd` numbered 3 or above: never standard input, output or error, which may
-    be closed now and opened later."""
-    try:
-        import fcntl
-    except ImportError:  # not POSIX
+    """A duplicate of `fd` numbered 3 or above (never standard input, output or error, which may
+    be closed now and opened later), not inherited by programs this one runs."""
+    if fcntl is None:
         return os.dup(fd)
-    return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+    duplicate = fcntl.fcntl(fd, fcntl.F_DUPFD, 3)
+    os.set_inheritable(duplicate, False)
+    return duplicate
 
 
 class Catch:
@@ -123,6 +128,7 @@ def restore():
         try:
             if _identity(1) in (catch.file, None):  # not moved on by the dynamics: put back
                 if _identity(catch.keep) != catch.original:
+                    catch.holding = False  # keep holds nothing of the caller's
                     raise OSError(errno.EBADF, f"descriptor {catch.keep}, which held descriptor "
                                   "1's original during the solve, was closed by the dynamics; "
                                   "descriptor 1 is left on odeint's file for the solvers' "
