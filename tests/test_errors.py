@@ -17,6 +17,8 @@ from odeint_autograd._messages import redirect
 from odeint_autograd._scipy import SCIPY_INTEGRATORS, _let_go, _lock
 from odeint_autograd.errors import all_finite as _all_finite
 
+from interrupting import interrupt_at
+
 decay = lambda y, t: -y  # noqa: E731
 Y0 = np.array([1.0, 2.0])
 # an rtol (atol = 0) the solvers refuse for Y0: LSODA below 100 eps, VODE below eps
@@ -912,17 +914,7 @@ def test_an_interrupt_anywhere_in_a_solve_leaves_both_solvers_usable(method, nam
         return r.integrate(1.0), r.integrate(2.0)
 
     def let_go_at(k):  # whether an interrupt came at the k-th place, and left nothing held
-        seen = [0]
-
-        def hook(frame, event, arg):
-            files = ("_scipy.py", "_messages.py", "_ode.py", "contextlib.py")
-            if event in ("call", "c_return") and frame.f_code.co_filename.endswith(files):
-                seen[0] += 1
-                if seen[0] == k:
-                    sys.setprofile(None)
-                    raise KeyboardInterrupt
-
-        sys.setprofile(hook)
+        sys.setprofile(interrupt_at(k, ("_scipy.py", "_messages.py", "_ode.py", "contextlib.py")))
         try:
             solve()
         except KeyboardInterrupt:  # checked while the exception, and what it holds, lives on
@@ -949,18 +941,11 @@ _INTERRUPTED_FIRST_SOLVES = """
 import os, sys, tempfile
 import numpy as np
 from odeint_autograd import ODESolverError, odeint
+sys.path.insert(0, sys.argv[2])
+from interrupting import interrupt_at
 
 def let_go_at(k):  # whether an interrupt came at the k-th place
-    seen = [0]
-    def hook(frame, event, arg):
-        if (event in ("call", "c_return")
-                and frame.f_code.co_filename.endswith(("_scipy.py", "_messages.py",
-                                                       "tempfile.py"))):
-            seen[0] += 1
-            if seen[0] == k:
-                sys.setprofile(None)
-                raise KeyboardInterrupt
-    sys.setprofile(hook)
+    sys.setprofile(interrupt_at(k, ("_scipy.py", "_messages.py", "tempfile.py")))
     try:
         odeint(lambda y, t: -y, np.ones(1), [0.0, 1.0], method=sys.argv[1])
     except KeyboardInterrupt:
@@ -1002,8 +987,8 @@ def test_interrupts_in_the_first_solves_of_a_process_leak_nothing_and_lose_no_me
     solve a descriptor for descriptor 1's original (leaked where an interrupt came as os.dup
     returned). Interrupted anywhere, a solve leaks no descriptor, and the next, with descriptor
     1 moved on since, quotes its solver's message and prints nothing."""
-    run = subprocess.run([sys.executable, "-c", _INTERRUPTED_FIRST_SOLVES, method], timeout=300,
-                         capture_output=True, text=True)
+    run = subprocess.run([sys.executable, "-c", _INTERRUPTED_FIRST_SOLVES, method,
+                          os.path.dirname(__file__)], timeout=300, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     interrupted, leaked, lost, value = run.stdout.split()
     assert int(interrupted) > 100  # the interrupts landed in that many places
