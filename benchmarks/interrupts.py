@@ -6,9 +6,9 @@ odeint by LSODA, odeint by VODE's Adams and scipy's own ode('lsoda'), while a se
 keeps the interpreter switching (which sets how long a solve takes: each call that lets go of
 the GIL can wait one switch interval for it). After each solve, interrupted or not, the locks on
 scipy's solvers and odeint's own must be free and file descriptor 1 (where odeint catches the
-solvers' messages) must be back; the file descriptors leaked in all are counted. A solve that
-never returns (a lock left held where this does not look) ends the run with every thread's
-stack after --seconds + 120 s. POSIX only (SIGALRM).
+solvers' messages) must be back; no file descriptor may leak (exit status 1 if anything was left
+held or leaked). A solve that never returns (a lock left held where this does not look) ends the
+run with every thread's stack after --seconds + 120 s. POSIX only (SIGALRM).
 
     python benchmarks/interrupts.py --seconds 20
 """
@@ -125,7 +125,7 @@ def main(argv=None):
               "left_held": left_held, "first_left_held": first, "descriptors_leaked": leaked}
     write_json(args.out, record, indent=1)
     print(f"wrote {args.out}: {tally}, file descriptors leaked: {leaked}")
-    return 1 if left_held else 0
+    return 1 if left_held or leaked else 0
 
 
 if __name__ == "__main__":

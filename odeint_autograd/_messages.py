@@ -77,11 +77,14 @@ _redirected = []  # while descriptor 1 may be redirected: (the thread, its Catch
 
 
 def _this_process():
-    """This process's Catch; a new one where someone else closed its descriptors (their numbers
-    are forgotten, not closed: they may be someone else's now)."""
+    """This process's Catch; a new one where someone else closed its file, a new keep where they
+    closed keep alone (the closed numbers are forgotten, not closed: they may be someone else's
+    now)."""
     global _catch
-    if _catch is None or _catch.pid != os.getpid() or not _catch.intact():
+    if _catch is None or _catch.pid != os.getpid() or _identity(_catch.fd) != _catch.file:
         _catch = Catch()
+    elif not _catch.intact():
+        _catch.keep, _catch.holding = _duplicate(_catch.fd), False
     return _catch
 
 

@@ -180,7 +180,7 @@ def _free_in_child():
     """A forked child has only the thread that forked: a lock that another thread held (its
     solve under way) would be held for good. Such locks are made anew; the forking thread's
     own (a fork in the dynamics) stay held, for its solve to let go."""
-    for lock in (_lock, *_LOCKS.values()):
+    for lock in dict.fromkeys((_lock, *_LOCKS.values())):  # each once
         if lock._is_owned():
             continue
         if lock.acquire(blocking=False):

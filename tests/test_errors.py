@@ -468,8 +468,10 @@ r = ode(lambda t, z: -z).set_integrator("lsoda", rtol=1e-15, atol=0.0).set_initi
 r.integrate(1.0)
 value = odeint(taking_over("fd"), np.ones(1), [0.0, 1.0])[-1, 0]
 print("solved:", value, quoted(), opened(os.path.join(folder, "fd")), flush=True)
+file = _messages._catch.fd
 log = take_over("keep", stdout, b"")  # between solves: a log of the program's, on stdout's file
-print("log kept:", quoted(), os.path.realpath("/proc/self/fd/%d" % log) == stdout, flush=True)
+print("log kept:", quoted(), os.path.realpath("/proc/self/fd/%d" % log) == stdout,
+      _messages._catch.fd == file, flush=True)  # the file kept (a new keep only), not leaked
 try:
     odeint(taking_over("keep"), np.ones(1), [0.0, 1.0])
 except OSError as error:
@@ -495,7 +497,7 @@ def test_descriptors_closed_and_reopened_by_others_are_not_written_over(tmp_path
     solved = next(line.split() for line in lines if line.startswith("solved:"))
     np.testing.assert_allclose(float(solved[1]), np.exp(-1.0), rtol=1e-6)
     assert solved[2:] == ["True", "1"], lines  # quoted; the dynamics' file open once, theirs
-    assert "log kept: True True" in lines and "log kept after the error: True True" in lines
+    assert "log kept: True True True" in lines and "log kept after the error: True True" in lines
     assert "1's original during the solve, was closed by the dynamics" in run.stderr
     for name in ("fd", "keep"):
         assert (tmp_path / name).read_bytes() == b"the dynamics' own file", name
