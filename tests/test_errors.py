@@ -17,7 +17,7 @@ from odeint_autograd._messages import redirect
 from odeint_autograd._scipy import SCIPY_INTEGRATORS, _let_go, _lock
 from odeint_autograd.errors import all_finite as _all_finite
 
-from interrupting import interrupt_at
+from scripted import interrupt_at
 
 decay = lambda y, t: -y  # noqa: E731
 Y0 = np.array([1.0, 2.0])
@@ -279,6 +279,14 @@ def test_the_solvers_print_nothing_and_a_failure_quotes_them(method, capfd):
     assert capfd.readouterr() == ("", "")
 
 
+def _script(source, *args, **options):
+    """Run `source` in a fresh Python process, the tests folder importable (for `scripted`)."""
+    path = os.pathsep.join(filter(None, [os.path.dirname(os.path.abspath(__file__)),
+                                         os.environ.get("PYTHONPATH")]))
+    return subprocess.run([sys.executable, "-c", source, *map(str, args)], text=True,
+                          env=dict(os.environ, PYTHONPATH=path), **options)
+
+
 def _caught_while(write):
     """The solvers' lines caught while `write` runs, descriptor 1 redirected under odeint's lock
     and let go as `solve` does."""
@@ -317,15 +325,10 @@ def test_other_output_during_a_solve_is_written_back(capfd, monkeypatch):
 _FORKED = """
 import os, sys
 import numpy as np
-from odeint_autograd import ODESolverError, odeint
+from odeint_autograd import odeint
+from scripted import quoted
 
 ORIGINAL = os.fstat(1)
-
-def quoted():
-    try:
-        odeint(lambda y, t: -y, np.ones(1), [0.0, 1.0], method="lsoda", rtol=1e-15, atol=0.0)
-    except ODESolverError as error:
-        return "(the solver printed: lsoda--" in str(error)
 
 def solve(dynamics):
     return odeint(dynamics, np.ones(1), [0.0, 1.0])[-1, 0]
@@ -405,8 +408,7 @@ def test_forked_processes_catch_their_own_messages_and_leave_their_descriptors_a
     daemon closes what it inherited and opens its own descriptors (closing odeint's by number
     in its first solve would close its own); a child forked in the dynamics prints to the
     original descriptor 1."""
-    run = subprocess.run([sys.executable, "-c", _FORKED, str(tmp_path)], timeout=120,
-                         capture_output=True, text=True)
+    run = _script(_FORKED, tmp_path, timeout=120, capture_output=True)
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
     for expected in ["overlapping child quoted: True", "printed in the parent's dynamics",
@@ -430,16 +432,11 @@ _CLOSED = """
 import os, sys
 import numpy as np
 from scipy.integrate import ode
-from odeint_autograd import ODESolverError, odeint
+from odeint_autograd import odeint
 from odeint_autograd import _messages
+from scripted import quoted
 
 folder, stdout = sys.argv[1:]
-
-def quoted():
-    try:
-        odeint(lambda y, t: -y, np.ones(1), [0.0, 1.0], method="lsoda", rtol=1e-15, atol=0.0)
-    except ODESolverError as error:
-        return "(the solver printed: lsoda--" in str(error)
 
 def opened(path):  # how many descriptors open `path`
     return sum(os.path.realpath(os.path.join("/proc/self/fd", fd)) == path
@@ -489,8 +486,8 @@ print("log kept after the error:", quoted(),
 def test_descriptors_closed_and_reopened_by_others_are_not_written_over(tmp_path):
     stdout = tmp_path / "stdout"
     with open(stdout, "w") as out:
-        run = subprocess.run([sys.executable, "-c", _CLOSED, str(tmp_path), str(stdout)],
-                             timeout=120, stdout=out, stderr=subprocess.PIPE, text=True)
+        run = _script(_CLOSED, tmp_path, stdout, timeout=120, stdout=out,
+                      stderr=subprocess.PIPE)
     assert run.returncode == 0, run.stderr
     lines = stdout.read_text().splitlines()
     assert any(line.startswith(" lsoda--") for line in lines), lines  # scipy's own, kept
@@ -510,16 +507,12 @@ def test_a_process_started_without_standard_output_or_error_solves(closed):
     then failed, or wrote stderr into odeint's file)."""
     script = (f"import os; os.close({closed})\n"
               "import numpy as np\n"
-              "from odeint_autograd import ODESolverError, odeint\n"
+              "from odeint_autograd import odeint\n"
+              "from scripted import quoted\n"
               "out = os.open(os.devnull, os.O_WRONLY)  # takes the closed number\n"
               "y = odeint(lambda y, t: -y, np.ones(1), [0.0, 1.0], rtol=1e-10, atol=1e-12)\n"
-              "try:\n"
-              "    odeint(lambda y, t: -y, np.ones(1), [0.0, 1.0], rtol=1e-15, atol=0.0)\n"
-              "except ODESolverError as error:\n"
-              "    quoted = '(the solver printed:' in str(error)\n"
-              f"os.write({3 - closed}, f'{{y[-1, 0]}} {{quoted}} {{out}}'.encode())\n")
-    run = subprocess.run([sys.executable, "-c", script], timeout=120, capture_output=True,
-                         text=True)
+              f"os.write({3 - closed}, f'{{y[-1, 0]}} {{quoted()}} {{out}}'.encode())\n")
+    run = _script(script, timeout=120, capture_output=True)
     assert run.returncode == 0, run.stderr
     value, quoted, out = (run.stdout if closed == 2 else run.stderr).split()
     np.testing.assert_allclose(float(value), np.exp(-1.0), rtol=1e-8)
@@ -798,8 +791,7 @@ else:
 
 
 def _run_nested(*args):
-    run = subprocess.run([sys.executable, "-c", _SCIPY_NESTED, *args], timeout=120,
-                         capture_output=True, text=True)
+    run = _script(_SCIPY_NESTED, *args, timeout=120, capture_output=True)
     assert run.returncode == 0, run.stderr
     return run.stdout.splitlines()
 
@@ -942,9 +934,8 @@ def test_an_interrupt_anywhere_in_a_solve_leaves_both_solvers_usable(method, nam
 _INTERRUPTED_FIRST_SOLVES = """
 import os, sys, tempfile
 import numpy as np
-from odeint_autograd import ODESolverError, odeint
-sys.path.insert(0, sys.argv[2])
-from interrupting import interrupt_at
+from odeint_autograd import odeint
+from scripted import interrupt_at, quoted
 
 def let_go_at(k):  # whether an interrupt came at the k-th place
     sys.setprofile(interrupt_at(k, ("_scipy.py", "_messages.py", "tempfile.py")))
@@ -960,15 +951,11 @@ def quoted_with_descriptor_1_moved():
     real = os.dup(1)
     with tempfile.TemporaryFile() as moved:
         os.dup2(moved.fileno(), 1)
-        try:
-            odeint(lambda y, t: -y, np.ones(1), [0.0, 1.0], method=sys.argv[1], rtol=1e-16,
-                   atol=0.0)
-        except ODESolverError as error:
-            quoted = "(the solver printed:" in str(error)
+        caught = quoted(sys.argv[1])
         os.dup2(real, 1)
         os.close(real)
         moved.seek(0)
-        return quoted and not moved.read()
+        return caught and not moved.read()
 
 descriptors, k, lost = len(os.listdir("/proc/self/fd")), 1, []
 while let_go_at(k):
@@ -989,8 +976,7 @@ def test_interrupts_in_the_first_solves_of_a_process_leak_nothing_and_lose_no_me
     solve a descriptor for descriptor 1's original (leaked where an interrupt came as os.dup
     returned). Interrupted anywhere, a solve leaks no descriptor, and the next, with descriptor
     1 moved on since, quotes its solver's message and prints nothing."""
-    run = subprocess.run([sys.executable, "-c", _INTERRUPTED_FIRST_SOLVES, method,
-                          os.path.dirname(__file__)], timeout=300, capture_output=True, text=True)
+    run = _script(_INTERRUPTED_FIRST_SOLVES, method, timeout=300, capture_output=True)
     assert run.returncode == 0, run.stderr
     interrupted, leaked, lost, value = run.stdout.split()
     assert int(interrupted) > 100  # the interrupts landed in that many places
