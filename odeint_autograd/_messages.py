@@ -14,10 +14,10 @@ descriptor that holds descriptor 1's original while a solve redirects it, are ma
 process, at import (a forked child makes its own at the fork). Every step of `restore` repeats
 safely, for the caller's `finally` to run it twice over (a second interrupt while the first is
 handled can still leave descriptor 1 redirected; one as the file is read can lose what the
-dynamics printed). Each descriptor is checked by the file it
-opens before it is read, truncated or written over: one that someone else closed, its number
-reused, is never touched. A subprocess started during a solve (by the dynamics, another thread)
-inherits descriptor 1 redirected: what it prints after the solve is lost.
+dynamics printed). Each descriptor is checked by the file it opens before it is read, truncated
+or written over: one that someone else closed, its number reused, is never touched. A
+subprocess started during a solve (by the dynamics, another thread) inherits descriptor 1
+redirected: what it prints after the solve is lost.
 """
 import errno
 import os
@@ -66,6 +66,10 @@ class Catch:
         self.pid, self.file = os.getpid(), _identity(self.fd)
         self.original, self.holding = self.file, False
 
+    def ours(self):
+        """Whether this is this process's and its file still open (not another's by now)."""
+        return self.pid == os.getpid() and _identity(self.fd) == self.file
+
     def intact(self):
         """Whether both descriptors still open what this made them open."""
         return (_identity(self.fd) == self.file and _identity(self.keep)
@@ -81,7 +85,7 @@ def _this_process():
     closed keep alone (the closed numbers are forgotten, not closed: they may be someone else's
     now)."""
     global _catch
-    if _catch is None or _catch.pid != os.getpid() or _identity(_catch.fd) != _catch.file:
+    if _catch is None or not _catch.ours():
         _catch = Catch()
     elif not _catch.intact():
         _catch.keep, _catch.holding = _duplicate(_catch.fd), False
@@ -152,7 +156,7 @@ def restore():
 def collect(catch):
     """The solvers' message lines caught in `catch`'s file (VODE/LSODA's, whitespace collapsed);
     every other line written back to descriptor 1. The caller holds odeint's lock."""
-    if catch is None or catch.pid != os.getpid() or _identity(catch.fd) != catch.file:
+    if catch is None or not catch.ours():
         return []
     os.lseek(catch.fd, 0, os.SEEK_SET)
     chunks = list(iter(lambda: os.read(catch.fd, 1 << 16), b""))
