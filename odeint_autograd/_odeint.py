@@ -64,11 +64,12 @@ def odeint(func, y0, t, args=(), *, rtol=None, atol=None, method="lsoda",
     solver wait while odeint solves (one part-way through a solve then raises scipy's
     IntegratorConcurrencyError, as between two of scipy's own); two threads that nest the two
     solvers in opposite orders wait on each other, as scipy's own do.
-    y0 has any shape; t is 1-D, at least two strictly increasing or strictly decreasing times.
-    Returns an array (len(t),) + y0.shape whose first row is y0. Gradients (any order) flow to
-    y0, every entry of t and every float array in `args` (a tuple; its entries may be arrays,
-    scalars or nested lists/tuples/dicts/namedtuples of them). Values that func needs gradients
-    for must come through `args`, not a closure.
+    y0 has any shape; t is 1-D, at least two strictly increasing or strictly decreasing times;
+    every solve, forwards and in the adjoint, calls func only at times inside t's span. Returns
+    an array (len(t),) + y0.shape whose first row is y0. Gradients (any order) flow to y0, every
+    entry of t and every float array in `args` (a tuple; its entries may be arrays, scalars or
+    nested lists/tuples/dicts/namedtuples of them). Values that func needs gradients for must
+    come through `args`, not a closure.
 
     method: 'lsoda' (switches to BDF when stiff), 'adams' (VODE's implicit Adams without a
     Jacobian: the one for large states) or 'bdf' (VODE's BDF, for stiff problems), with gradients
@@ -246,7 +247,15 @@ def _check_y0(y0):
         raise ValueError("y0 is empty")
     if not np.all(np.isfinite(value)):
         raise ValueError("y0 has non-finite entries (nan or inf)")
-    return y0 if isbox(y0) else value.astype(float)
+    return _float64(y0, value)
+
+
+def _float64(x, value):
+    """x (value its array) in float64, traced or not: a traced float32 would run the autograd
+    solvers in float32, short of their tolerance."""
+    if not isbox(x):
+        return value.astype(float)
+    return x if value.dtype == np.float64 else x.astype(np.float64)
 
 
 def _check_t(t):
@@ -268,7 +277,7 @@ def _check_t(t):
                          "strictly monotonic")
     if not (np.all(steps > 0) or np.all(steps < 0)):
         raise ValueError("t must be strictly increasing or strictly decreasing")
-    return t if isbox(t) else value.astype(float)
+    return _float64(t, value)
 
 
 def _ulps_apart(a, b):

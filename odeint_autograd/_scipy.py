@@ -290,10 +290,13 @@ class _Guarded:
             raise self.error
 
 
-def _integrator(guarded, y0, t0, method, rtol, atol, max_steps, jacobian):
+def _integrator(guarded, y0, t0, t_end, method, rtol, atol, max_steps, jacobian):
     """scipy's `ode` set up for `method`: VODE's Adams (no Jacobian) or BDF, or LSODA; the stiff
     methods with a dense or a diagonal finite-difference Jacobian (the only ones that scale to
-    large states)."""
+    large states). It never steps past t_end, where the dynamics may not be defined (a forcing
+    known on the span only; an adjoint interval's start): the solvers' ITASK 4 with TCRIT =
+    RWORK(1) = t_end, where scipy's `ode` runs ITASK 1, which steps past the output time and
+    interpolates back."""
     if jacobian is None:
         jacobian = "dense" if y0.size <= DENSE_JACOBIAN_MAX else "diagonal"
     diagonal = dict(lband=0, uband=0) if jacobian == "diagonal" else {}
@@ -306,7 +309,9 @@ def _integrator(guarded, y0, t0, method, rtol, atol, max_steps, jacobian):
         options.update(diagonal)
     solver = ode(lambda tt, y: guarded(y, tt))
     solver.set_integrator(SCIPY_INTEGRATORS[method], **options)
-    solver.set_initial_value(y0, t0)
+    solver.set_initial_value(y0, t0)  # makes call_args (rtol, atol, ITASK, ISTATE, RWORK, ...)
+    solver._integrator.call_args[2] = 4
+    solver._integrator.rwork[0] = t_end
     return solver
 
 
@@ -320,8 +325,8 @@ def _steps_taken(solver):
 def _internal(solver):
     """The solver's last step size and internal time: RWORK(11) and (13) in both VODE and LSODA
     (optional outputs, kept in the private `_integrator.rwork`). A success is one only if the
-    solver stepped past the output time (it interpolates there): LSODA returned y0 after a step
-    of size 0 at rates near 1e150, VODE an extrapolation far beyond its last step."""
+    solver stepped to or past the output time (it interpolates there): LSODA returned y0 after a
+    step of size 0 at rates near 1e150, VODE an extrapolation far beyond its last step."""
     return float(solver._integrator.rwork[10]), float(solver._integrator.rwork[12])
 
 
@@ -365,7 +370,9 @@ def _step(solver, guarded, method, y0, t, rtol, atol, max_steps, ys, counts):
                 failure = reason, float(solver.t)
                 break
             last_step, now = _internal(solver)
-            if last_step == 0 or (now - t[i]) * (t[-1] - t[0]) < 0:
+            # at t_end (TCRIT) the solver's time may fall short by roundoff (its own test)
+            reached = 100 * np.finfo(float).eps * (abs(now) + abs(last_step))
+            if last_step == 0 or (now - t[i]) * np.sign(t[-1] - t[0]) < -reached:
                 failure = (
                     f"{method} reported success at t = {float(t[i])!r} without stepping there "
                     f"(its internal time reached {now!r}, its last step {last_step!r}): the "
@@ -395,7 +402,7 @@ def solve(fun, y0, t, method, rtol, atol, max_steps, counts, jacobian=None):
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         # scipy reports failures as warnings; they become exceptions below.
         warnings.filterwarnings("ignore", message="(vode|lsoda):")
-        solver = _integrator(guarded, y0, t[0], method, rtol, atol, max_steps, jacobian)
+        solver = _integrator(guarded, y0, t[0], t[-1], method, rtol, atol, max_steps, jacobian)
         # the locks and descriptor 1 are let go in this frame's `finally`, twice over: no pause of
         # Python's between taking and letting go (an interrupt's) can skip it
         catch = None

@@ -40,7 +40,8 @@ def all_finite(f):
     overflows, when the entry-wise check decides). One pass and no boolean array, and no BLAS:
     a BLAS dot would wake numpy's OpenBLAS threads, whose spinning after the call takes a core
     from the dynamics' own threads."""
-    return bool(np.isfinite(np.sum(f)) or np.isfinite(f).all())
+    with np.errstate(over="ignore", invalid="ignore"):  # a sum that overflows is no warning
+        return bool(np.isfinite(np.sum(f)) or np.isfinite(f).all())
 
 
 @dataclasses.dataclass

@@ -111,10 +111,11 @@ def rk4(fun, y0, t, step_size, max_steps, counts):
         h = span / n
         for j in range(n):
             tj = t[i - 1] + j * h
+            t_next = t[i] if j == n - 1 else tj + h  # not tj + h rounded past the output time
             k1 = f(y, tj)
             k2 = f(y + h / 2 * k1, tj + h / 2)
             k3 = f(y + h / 2 * k2, tj + h / 2)
-            k4 = f(y + h * k3, tj + h)
+            k4 = f(y + h * k3, t_next)
             y = y + h / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
             if not all_finite(getval(y)):
                 raise ODESolverError("the solution became non-finite (overflow): it may blow up "
@@ -148,7 +149,8 @@ def _error_norm(step, stages, weights, scale):
 
 def _initial_step(f, y0, f0, t0, direction, span, rtol, atol, error_order):
     """Hairer, Norsett and Wanner's starting step (one extra evaluation), their fallback steps
-    (1e-6, for time of order 1) taken relative to the solve's span."""
+    (1e-6, for time of order 1) taken relative to the solve's span; the extra evaluation at most
+    the span ahead, inside it, where the dynamics are defined."""
     y0v, f0v = getval(y0), getval(f0)
     scale = atol + rtol * np.abs(y0v)
     moving = (scale == 0) & (f0v != 0)
@@ -161,8 +163,9 @@ def _initial_step(f, y0, f0, t0, direction, span, rtol, atol, error_order):
     h0 = 1e-6 * span if d0 < 1e-5 or d1 < 1e-5 else 0.01 * d0 / d1
     if not 0 < h0 < np.inf:  # the derivative overflows its error scale: no usable step
         return 0.0
-    f1 = getval(f(y0v + direction * h0 * f0v, getval(t0) + direction * h0))
-    d2 = _rms(_scaled(f1 - f0v, scale)) / h0
+    probe = min(h0, span)
+    f1 = getval(f(y0v + direction * probe * f0v, getval(t0) + direction * probe))
+    d2 = _rms(_scaled(f1 - f0v, scale)) / probe
     h1 = (max(1e-6 * span, h0 * 1e-3) if max(d1, d2) <= 1e-15
           else (0.01 / max(d1, d2)) ** (1 / (error_order + 1)))
     return min(100 * h0, h1)
@@ -202,19 +205,21 @@ def embedded_rk(method, fun, y0, t, rtol, atol, max_steps, counts, first_step=No
                                      t=float(getval(tc)), method=method)
             if k1 is None:
                 k1 = f(y, tc)
+            t_new = t[i] if last else tc + step  # not tc + step rounded past the output time
             ks = [k1]
             for c, a in zip(tab.c, tab.a):
-                ks.append(f(y + step * sum(aj * kj for aj, kj in zip(a, ks) if aj), tc + c * step))
+                ks.append(f(y + step * sum(aj * kj for aj, kj in zip(a, ks) if aj),
+                            t_new if c == 1 else tc + c * step))
             y_new = y + step * sum(b * k for b, k in zip(tab.b, ks) if b)
             if all_finite(getval(y_new)):
-                k_last = f(y_new, tc + step) if tab.e[-1] else None  # next step's first stage
+                k_last = f(y_new, t_new) if tab.e[-1] else None  # next step's first stage
                 scale = atol + rtol * np.maximum(np.abs(getval(y)), np.abs(getval(y_new)))
                 err_norm = max(_error_norm(step, ks + [k_last], e, scale)
                                for e in (tab.e, tab.e_guard) if e is not None)
             else:
                 err_norm = np.inf
             if err_norm <= 1.0:
-                y, tc, k1 = y_new, (t[i] if last else tc + step), k_last
+                y, tc, k1 = y_new, t_new, k_last
                 interval_steps += 1
                 counts.steps += 1
                 factor = 10.0 if err_norm == 0 else min(10.0, 0.9 * err_norm ** exponent)

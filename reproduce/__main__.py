@@ -79,7 +79,7 @@ def _units(name, argv):
     """Print the independent units of work of one experiment, one a line (for --only)."""
     experiment = importlib.import_module(EXPERIMENTS[name][0] + ".experiment")
     run = experiment.make_run(argv)
-    print("\n".join(run.select(experiment.units(run))))  # --only narrows (and checks) the list
+    print("\n".join(experiment.units(run)))  # narrowed (and checked) by the selection flags
     return 0
 
 
@@ -113,13 +113,15 @@ def _fan_out(argvs, options, report):
     --resume run without --only) as soon as its units have all finished, beside the units of
     the others; then, for `all` in the default folders (quick or full), write the report."""
     from reproduce import runner
+    from reproduce.common import REFUSED
     plans = {name: runner.plan(name, argv) for name, argv in argvs.items()}
     left = {name: len(units) for name, (units, _) in plans.items()}
     failed, evaluations = [], {}  # name -> (its evaluation's process, when it started)
+    codes = set()  # the exit codes that failed: REFUSED where a command was refused
 
     def finish(name):
         if name not in failed and not plans[name][1].partial:
-            evaluations[name] = runner.evaluate(name, argvs[name]), time.time()
+            evaluations[name] = runner.evaluate(name, argvs[name], plans[name][1]), time.time()
 
     for name in [n for n, count in left.items() if count == 0]:
         finish(name)
@@ -128,6 +130,7 @@ def _fan_out(argvs, options, report):
         name = unit.experiment
         if error is not None:
             print(f"python -m reproduce {name}: error: {error}", file=sys.stderr, flush=True)
+            codes.add(REFUSED if isinstance(error, runner.UnitRefused) else 1)
             if name not in failed:
                 failed.append(name)
         left[name] -= 1
@@ -139,9 +142,10 @@ def _fan_out(argvs, options, report):
               + (f", exit code {code}" if code else ""), flush=True)
         if code:
             failed.append(name)
+            codes.add(REFUSED if code == REFUSED else 1)
     if failed:
         print(f"failed: {', '.join(failed)}", file=sys.stderr)
-        return 1
+        return REFUSED if codes == {REFUSED} else 1
     if report and all(run.mode != "smoke" and run.args.out is None for _, run in plans.values()):
         from reproduce import report as report_module
         return report_module.main([]) or 0
@@ -149,15 +153,18 @@ def _fan_out(argvs, options, report):
 
 
 def _run(name, argv):
-    from reproduce.common import CheckpointError, UsageError
+    """Run one experiment; its exit code: 2 (REFUSED) for a command that cannot run as given (a
+    bad flag value, a checkpoint it cannot resume), 1 for a solve that failed."""
+    from odeint_autograd import ODESolverError
+    from reproduce.common import REFUSED, CheckpointError, UsageError
     module = importlib.import_module(EXPERIMENTS[name][0])
     try:
         return module.main(argv) or 0
-    except UsageError as e:
+    except (UsageError, CheckpointError) as e:
         print(f"python -m reproduce {name}: error: {e}", file=sys.stderr)
-        return 2
-    except CheckpointError as e:
-        print(f"python -m reproduce {name}: error: {e}", file=sys.stderr)
+        return REFUSED
+    except ODESolverError as e:
+        print(f"python -m reproduce {name}: the ODE solver failed: {e}", file=sys.stderr)
         return 1
 
 

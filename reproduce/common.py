@@ -37,6 +37,9 @@ BOOKKEEPING_FLAGS = {"mode", "resume", "out", "checkpoint_dir", "evaluate_only",
 LOG_2PI = np.log(2 * np.pi)
 
 
+REFUSED = 2  # the exit code of a command refused as given (argparse's): rerunning it won't do
+
+
 class CheckpointError(Exception):
     """A checkpoint that cannot be resumed: unreadable, corrupted, or made by another run."""
 
@@ -92,7 +95,9 @@ def unwritable(folder):
     return None
 
 
-class _Parser(argparse.ArgumentParser):
+class Parser(argparse.ArgumentParser):
+    """argparse's parser whose errors are one line, without the usage text."""
+
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
@@ -100,9 +105,13 @@ class _Parser(argparse.ArgumentParser):
 class Run:
     """One run of one experiment: mode, seed, output folder, checkpoints, timing, results."""
 
-    def __init__(self, name, argv=None, extra_args=None, description=None, bookkeeping=()):
+    def __init__(self, name, argv=None, extra_args=None, description=None, bookkeeping=(),
+                 selecting=lambda args: ()):
+        """selecting(args): the names of the experiment's own flags that, given, make the run
+        train some units and stop without evaluating (as --only does)."""
         self.bookkeeping = BOOKKEEPING_FLAGS | set(bookkeeping)
-        parser = _Parser(prog=f"python -m reproduce {name}", description=description)
+        self._selecting = selecting
+        parser = Parser(prog=f"python -m reproduce {name}", description=description)
         mode = parser.add_mutually_exclusive_group()
         mode.add_argument("--smoke", dest="mode", action="store_const", const="smoke",
                           help="seconds: tiny settings, for the tests")
@@ -128,9 +137,9 @@ class Run:
                                  "cores; a later run without it trains what is left and "
                                  "evaluates (python -m reproduce units NAME lists them)")
         parser.add_argument("--evaluate-only", action="store_true",
-                            help="train nothing: evaluate each unit as its checkpoint (with "
-                                 "--resume) or final weights stand, and record how far each "
-                                 "trained; for an honest report of a full run cut short")
+                            help="train nothing: evaluate each unit as its checkpoint, else "
+                                 "its final weights, stand, and record how far each trained; "
+                                 "for an honest report of a full run cut short")
         parser.add_argument("--stop-after", type=positive(int), default=None,
                             help="stop after this many training steps as if killed (to test "
                                  "--resume)")
@@ -147,12 +156,13 @@ class Run:
         default_out = os.path.join(ROOT, "figures", name)
         if self.mode != "full":
             default_out = os.path.join(default_out, self.mode)
-        self.out_dir = self.args.out or default_out
-        self.ckpt_dir = self.args.checkpoint_dir or os.path.join(ROOT, "checkpoints", name,
-                                                                 self.mode)
-        self.weights_dir = self.args.weights_dir or (
+        # absolute: a unit of work runs in a process of its own, in the repository's folder
+        self.out_dir = os.path.abspath(self.args.out or default_out)
+        self.ckpt_dir = os.path.abspath(self.args.checkpoint_dir or os.path.join(
+            ROOT, "checkpoints", name, self.mode))
+        self.weights_dir = os.path.abspath(self.args.weights_dir or (
             os.path.join(ROOT, "weights", name) if self.mode == "full"
-            else os.path.join(self.ckpt_dir, "final"))
+            else os.path.join(self.ckpt_dir, "final")))
         for flag, given, folder in (
                 ("--out", self.args.out, self.out_dir),
                 ("--checkpoint-dir", self.args.checkpoint_dir, self.ckpt_dir),
@@ -164,9 +174,28 @@ class Run:
             problem = unwritable(folder)
             if problem:  # found now, not when the run has trained and writes its results
                 self.usage_error(f"{flag} {folder}: {problem}")
+        if self.args.evaluate_only:
+            self._check_evaluate_only()
         self.started = time.time()
         self.stopper = StopAfter(self.args.stop_after)
         self._bar = None
+
+    def selection_flags(self):
+        """The flags given that make this run train some units and stop without evaluating:
+        --only, and the experiment's own (`selecting`)."""
+        return [f"--{name.replace('_', '-')}" for name in ("only", *self._selecting(self.args))
+                if getattr(self.args, name) is not None]
+
+    def _check_evaluate_only(self):
+        """--evaluate-only trains nothing: refuse it beside flags that only train, and where
+        there is nothing trained to evaluate (a mistyped folder would score untrained models)."""
+        if self.selection_flags():
+            self.usage_error(f"--evaluate-only trains nothing, {self.selection_flags()[0]} "
+                             "trains units and stops without evaluating: give one of them")
+        if not any(os.path.isdir(folder) and any(f.endswith(".ckpt") for f in os.listdir(folder))
+                   for folder in (self.ckpt_dir, self.weights_dir)):
+            self.usage_error(f"--evaluate-only: nothing trained to evaluate, no checkpoint in "
+                             f"{self.ckpt_dir} and no final weights in {self.weights_dir}")
 
     @property
     def config(self):
@@ -201,18 +230,24 @@ class Run:
     def select(self, units, chosen=None):
         """The units this run trains: `units` (every unit of the experiment, in order) narrowed
         to those named by --only and to `chosen` (an experiment's own selection flags) when
-        given. A name that is not a unit is a usage error."""
+        given. A name that is not a unit, or flags that together select none, is a usage
+        error."""
         unknown = [u for u in self.args.only or () if u not in units]
         if unknown:
             self.usage_error(f"--only: unknown unit(s) {', '.join(unknown)}; this run's units: "
                              f"{' '.join(units)}")
-        return [u for u in units if (self.args.only is None or u in self.args.only)
-                and (chosen is None or u in chosen)]
+        selected = [u for u in units if (self.args.only is None or u in self.args.only)
+                    and (chosen is None or u in chosen)]
+        if not selected and self.args.only:  # chosen is not None, then
+            self.usage_error(f"--only {' '.join(self.args.only)}: none of these is among the "
+                             f"units the other flags choose ({' '.join(chosen) or 'none'})")
+        return selected
 
     @property
     def partial(self):
-        """Whether this run trains a selection of units only (and stops before evaluating)."""
-        return self.args.only is not None
+        """Whether this run trains a selection of units only and stops before evaluating
+        (selection_flags)."""
+        return bool(self.selection_flags())
 
     def final_weights(self, key):
         """Where a finished model's final state is kept (a full run's are committed, so that a
@@ -340,8 +375,11 @@ class Checkpoint:
         the keys in `ignore`)."""
         if not ((self.enabled or force) and os.path.exists(self.path)):
             return None
-        with open(self.path, "rb") as f:
-            blob = f.read()
+        try:
+            with open(self.path, "rb") as f:
+                blob = f.read()
+        except OSError as e:
+            raise self._fail(f"unreadable ({e.strerror or e})") from None
         if not blob.startswith(self.MAGIC) or len(blob) <= self.HEAD:
             raise self._fail("not a checkpoint of this project, or truncated")
         digest, payload = self._recorded(blob), blob[self.HEAD:]
@@ -405,10 +443,14 @@ class AppendLog:
         """Every record from byte `start` up to byte `size` (the end without it)."""
         if not os.path.exists(self.path):
             return []
-        with open(self.path, "rb") as f:
-            f.seek(start)
-            data = f.read() if size is None else f.read(size - start)
-        return [json.loads(line) for line in data.splitlines() if line.strip()]
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(start)
+                data = f.read() if size is None else f.read(size - start)
+            return [json.loads(line) for line in data.splitlines() if line.strip()]
+        except (OSError, ValueError) as e:  # ValueError: JSONDecodeError, UnicodeDecodeError
+            raise CheckpointError(f"{self.path}: unreadable ({type(e).__name__}: {e}); delete "
+                                  "it with its checkpoint to start afresh") from None
 
 
 def model_rng(seed, key):

@@ -7,6 +7,7 @@ the solver flags and measurements both experiments report.
 
 Parameters are plain dicts of numpy arrays; every model is a function of them.
 """
+import argparse
 import time
 
 import autograd.numpy as anp
@@ -355,10 +356,18 @@ def add_solver_args(parser):
     """The solver flags both latent-ODE experiments take."""
     parser.add_argument("--method", default="adams", choices=["adams", "lsoda"],
                         help="odeint method (default adams: the faster here, measured)")
-    parser.add_argument("--tol", type=positive(float), default=None,
-                        help="rtol = atol of every solve (default: the mode's)")
+    parser.add_argument("--tol", type=_tolerance, default=None,
+                        help="rtol = atol of every solve, below 1 (default: the mode's)")
     parser.add_argument("--no-seminorm", action="store_true",
                         help="full norm in the adjoint's error control")
+
+
+def _tolerance(text):
+    """An argparse type: a relative and absolute tolerance, positive and below 1."""
+    value = positive(float)(text)
+    if not value < 1:
+        raise argparse.ArgumentTypeError(f"a tolerance is below 1, not {text}")
+    return value
 
 
 PAPER_TOL = 1.5e-8  # Section 6: the sequence models' tolerance, forward and backward

@@ -9,12 +9,24 @@ FIGURES = os.path.join(ROOT, "figures")
 PREFERENCE = ("full", "quick", "smoke")  # the run a section shows when there are several
 
 
+class ReportError(Exception):
+    """A results file the report cannot read (python -m reproduce report prints it, exits 1)."""
+
+
 def load(name, modes=("full", "quick")):
     """{mode: record} of an experiment's results files (full in figures/NAME, others below)."""
     runs = {}
     for mode in modes:
         folder = name if mode == "full" else f"{name}/{mode}"
-        record = read_json(os.path.join(FIGURES, folder, "results.json"))
+        path = os.path.join(FIGURES, folder, "results.json")
+        try:
+            record = read_json(path)
+        except (OSError, ValueError) as e:  # ValueError: not JSON, or not UTF-8
+            raise ReportError(f"{path}: unreadable ({e}); rerun its experiment") from None
+        if record is not None and not (isinstance(record, dict) and "mode" in record
+                                       and isinstance(record.get("results"), dict)):
+            raise ReportError(f"{path}: not a results file of python -m reproduce (no mode "
+                              "and results); rerun its experiment")
         if record is not None:
             record["folder"] = folder
             runs[record.get("mode", mode)] = record

@@ -8,8 +8,8 @@ Every unit (`python -m reproduce units NAME`) runs in a process of its own as
 folders; as soon as an experiment's units are all done, python -m reproduce (the driver) starts
 its evaluation from what they wrote (`python -m reproduce NAME <flags> --resume`, a process of
 its own, beside the units still running). Always `--resume`: a unit whose process dies is run
-again (RETRIES times) and continues from its last checkpoint; an earlier run's checkpoints with
-the same settings are continued too.
+again (RETRIES times) and continues from its last checkpoint (one that refused its command, exit
+code 2, is not); an earlier run's checkpoints with the same settings are continued too.
 
 processes: a pool of --workers (default: the CPU count) local processes, one unit each.
 ray: one Ray task per unit, placed by the CPUs (and GPU) its experiment declares in THREADS and
@@ -31,7 +31,7 @@ import threading
 import time
 import uuid
 
-from reproduce.common import ROOT, positive
+from reproduce.common import REFUSED, ROOT, positive
 
 EXECUTORS = ("local", "processes", "ray")
 RETRIES = 2  # a unit whose process dies runs again up to this many times, from its checkpoint
@@ -45,6 +45,11 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"
 
 class UnitFailed(Exception):
     """A unit's process exited with an error (retried)."""
+
+
+class UnitRefused(Exception):
+    """A unit's process refused its command (exit code REFUSED: a bad flag value, a checkpoint
+    it cannot resume), which running it again would not change (not retried)."""
 
 
 class SharedFolderError(Exception):
@@ -96,15 +101,21 @@ class Unit:
 
 
 def plan(name, argv):
-    """(the units that `python -m reproduce NAME argv` trains: all, or those of --only; its Run)."""
+    """(the units that `python -m reproduce NAME argv` trains: those its selection flags choose,
+    none with --evaluate-only; its Run)."""
     experiment = importlib.import_module(f"reproduce.{name}.experiment")
     run = experiment.make_run(argv)
-    folders = ["--out", run.out_dir, "--checkpoint-dir", run.ckpt_dir,
-               "--weights-dir", run.weights_dir]
-    units = [Unit(name, unit, (*argv, *folders, "--resume", "--only", unit), run.ckpt_dir,
-                  THREADS.get(name, 1), name in GPU_EXPERIMENTS)
-             for unit in run.select(experiment.units(run))]
+    units = [] if run.args.evaluate_only else [
+        Unit(name, unit, (*argv, *folders(run), "--resume", "--only", unit), run.ckpt_dir,
+             THREADS.get(name, 1), name in GPU_EXPERIMENTS)
+        for unit in experiment.units(run)]
     return units, run
+
+
+def folders(run):
+    """The folder flags of a run, absolute (its units and evaluation run in ROOT)."""
+    return ["--out", run.out_dir, "--checkpoint-dir", run.ckpt_dir,
+            "--weights-dir", run.weights_dir]
 
 
 def completed(units, options):
@@ -116,11 +127,13 @@ def completed(units, options):
     return _ray(units, options.workers, options.address)
 
 
-def evaluate(name, argv):
+def evaluate(name, argv, run):
     """Start the evaluation of one experiment whose units have finished (`python -m reproduce
-    NAME argv --resume` in a process of its own, which dies with this one); its Popen."""
-    print(f"==> python -m reproduce {name} {' '.join(argv)} --resume", flush=True)
-    return subprocess.Popen([sys.executable, "-m", "reproduce", name, *argv, "--resume"],
+    NAME argv --resume` with its Run's folders, in a process of its own, which dies with this
+    one); its Popen."""
+    argv = [*argv, *folders(run), "--resume"]
+    print(f"==> python -m reproduce {name} {' '.join(argv)}", flush=True)
+    return subprocess.Popen([sys.executable, "-m", "reproduce", name, *argv],
                             cwd=ROOT, preexec_fn=_die_with_parent)
 
 
@@ -135,8 +148,10 @@ def _processes(units, workers):
                 print(f"    {unit}: attempt {attempt + 1} of {RETRIES + 1}, from its last "
                       "checkpoint", flush=True)
             code = unit.run()
-            if code in (0, -signal.SIGINT) or stopping.is_set():  # done, or Ctrl-C
+            if code in (0, REFUSED, -signal.SIGINT) or stopping.is_set():  # done, or Ctrl-C
                 break
+        if code == REFUSED:
+            raise UnitRefused(f"{unit}: refused (exit code {code}), not retried")
         if code:
             raise UnitFailed(f"{unit}: exit code {code} ({attempt + 1} attempts)")
 
@@ -211,6 +226,8 @@ def check_shared(folder, token):
 def _ray_task(unit, token):
     check_shared(unit.ckpt_dir, token)
     code = unit.run()
+    if code == REFUSED:
+        raise UnitRefused(f"{unit}: refused (exit code {code}) on {socket.gethostname()}")
     if code:
         raise UnitFailed(f"{unit}: exit code {code} on {socket.gethostname()}")
 

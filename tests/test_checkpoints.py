@@ -91,6 +91,21 @@ def test_append_log_is_cut_back_to_its_checkpoint(tmp_path):
         AppendLog(str(tmp_path / "other.log.jsonl")).restore(10)
 
 
+def test_a_checkpoint_that_is_a_folder_or_a_damaged_log_is_refused_naming_the_file(tmp_path):
+    folder = tmp_path / "m.ckpt"
+    folder.mkdir()
+    with pytest.raises(CheckpointError, match=f"^{folder}: unreadable"):
+        Checkpoint(str(folder)).load(force=True)
+    log = AppendLog(str(tmp_path / "m.log.jsonl"))
+    log.append({"loss": 1.0})
+    size = log.size()
+    with open(log.path, "r+b") as f:  # the right length, garbage: a disk that lost a block
+        f.write(b"\xff" * size)
+    for read in (log.read, lambda: log.read(size)):
+        with pytest.raises(CheckpointError, match=f"^{log.path}: unreadable"):
+            read()
+
+
 def test_run_configuration_holds_the_mode_and_every_numeric_flag(tmp_path):
     def config(*argv):
         return Run("x", ["--out", str(tmp_path), *argv],

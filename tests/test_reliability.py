@@ -8,6 +8,7 @@ import autograd.numpy as anp
 import numpy as np
 import pytest
 from autograd import grad, jacobian, make_vjp
+from autograd.tracer import getval
 from scipy.linalg import expm
 
 import odeint_autograd
@@ -420,3 +421,72 @@ def test_errors_have_their_own_module():
             odeint(f, np.ones(2), t, method=method),
             odeint(f, np.ones(2), t, method=method, rtol=DEFAULT_TOL, atol=DEFAULT_TOL))
 
+
+
+# --- the dynamics are evaluated only inside the span they are solved over ------------------------
+
+def _inside(t0, t1, func):
+    """func, refusing (AssertionError, which odeint passes on) a time outside [t0, t1]."""
+    low, high = min(t0, t1), max(t0, t1)
+
+    def checked(y, t, *args):
+        assert low <= float(getval(t)) <= high, f"evaluated at t = {float(getval(t))!r}"
+        return func(y, t, *args)
+    return checked
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("span", [(0.0, 1.9), (1.9, 0.0)])
+def test_the_dynamics_are_not_evaluated_past_the_span(method, span):
+    # y' = -sqrt(y) (forwards) reaches 0 at t = 2, and sqrt(y) is nan past it; a slow forcing
+    # made the Runge-Kutta pairs probe their first step at t = 1e4, where exp(t) overflows
+    sign = 1.0 if span[1] > span[0] else -1.0
+    exact = (1.0 - sign * (span[1] - span[0]) / 2) ** 2
+    tight = rk4_steps(method) or dict(rtol=1e-8, atol=1e-10)
+    y = odeint(_inside(*span, lambda y, t: -sign * anp.sqrt(y)), np.array([1.0]),
+               np.linspace(*span, 4), method=method, **tight)
+    np.testing.assert_allclose(y[-1], [exact], rtol=1e-5)
+    forcing = _inside(0.0, 1.0, lambda y, t: 1e-6 * anp.exp(t) + 0 * y)
+    y = odeint(forcing, np.ones(1), [0.0, 1.0], method=method, **rk4_steps(method))
+    np.testing.assert_allclose(y[-1], [1 + 1e-6 * np.expm1(1.0)], rtol=2e-7)  # default tol
+
+
+@pytest.mark.parametrize("method, adjoint_method", [(m, None) for m in ADJOINT_METHODS]
+                         + [("adams", m) for m in ("lsoda", "bdf") + RK_PAIRS])
+def test_the_adjoint_is_not_evaluated_past_the_span(method, adjoint_method):
+    """y' = -a y + sqrt(t) is defined from t = 0 on: the backward solve must stop there."""
+    f = _inside(0.0, 0.7, lambda y, t, a: -a * y + anp.sqrt(t))
+    t = np.array([0.0, 0.1, 0.3, 0.7])
+    def loss(a, **options):
+        return anp.sum(odeint(f, np.array([1.0]), t, args=(a,), **options))
+    expected = grad(lambda a: loss(a, method="dopri5", rtol=1e-11, atol=1e-11))(1.0)
+    np.testing.assert_allclose(grad(lambda a: loss(a, method=method, rtol=1e-9, atol=1e-9,
+                                                   adjoint_method=adjoint_method))(1.0),
+                               expected, rtol=1e-6)
+
+
+# --- a traced float32 state or time is solved in float64 -----------------------------------------
+
+@pytest.mark.parametrize("method", ("adams", "lsoda") + RK_PAIRS)
+def test_a_traced_float32_state_or_time_is_solved_in_float64(method):
+    def final(y0, t):
+        return odeint(lambda y, t: -y, y0, t, method=method, rtol=1e-10, atol=1e-10)[-1, 0]
+    t = np.array([0.0, 1.0])
+    y0 = np.ones(1)
+
+    def check(value):
+        assert getval(value).dtype == np.float64 and abs(getval(value) - np.exp(-1.0)) < 1e-8
+        return value
+    # traced or not, a float32 y0 or t gives the float64 answer, to the tolerance
+    np.testing.assert_allclose(grad(lambda x: check(final(x.astype(np.float32), t)))(y0),
+                               [np.exp(-1.0)], rtol=1e-6)
+    np.testing.assert_allclose(grad(lambda s: check(final(y0, s.astype(np.float32))))(t),
+                               [np.exp(-1.0), -np.exp(-1.0)], rtol=1e-6)
+    check(final(y0.astype(np.float32), t.astype(np.float32)))
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_a_state_whose_sum_overflows_solves_without_a_warning(method):
+    y = odeint(lambda y, t: -y, np.full(1000, 1e306), [0.0, 1.0], method=method,
+               **rk4_steps(method))
+    np.testing.assert_allclose(y[-1] / 1e306, np.exp(-1.0), rtol=1e-3)

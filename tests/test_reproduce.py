@@ -165,6 +165,74 @@ def test_command_line_mistakes_are_one_line_errors(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_flags_that_select_nothing_or_contradict_are_refused(tmp_path):
+    empty = ["--checkpoint-dir", str(tmp_path / "c"), "--weights-dir", str(tmp_path / "w")]
+    for args, message in (
+            (("cnf", "--smoke", "--only", "fig4_U1_cnf2", "--evaluate-only"),
+             "--evaluate-only trains nothing, --only trains units"),
+            (("spirals", "--smoke", "--evaluate-only", "--train-only-n", "30"),
+             "--evaluate-only trains nothing, --train-only-n"),
+            (("cnf", "--smoke", "--train-only", "nf", "--only", "fig4_U1_cnf2"),
+             "--only fig4_U1_cnf2: none of these is among the units the other flags choose"),
+            (("spirals", "--smoke", "--train-only-n", "30", "--only", "rnn_n50_seed0"),
+             "--only rnn_n50_seed0: none of these"),
+            (("units", "spirals", "--smoke", "--pilot", "gru_encoder"), "no units to list"),
+            (("spirals", "--smoke", "--pilot", "gru_encoder", "--executor", "processes"),
+             "no units to list or to run with --executor"),
+            (("poisson", "--smoke", "--tol", "5"), "a tolerance is below 1, not 5"),
+            (("report", "--out", "/proc/report.md"), "--out /proc/report.md: cannot write"),
+            *(((name, "--smoke", "--evaluate-only", *empty), "nothing trained to evaluate, no "
+               f"checkpoint in {tmp_path / 'c'} and no final weights in {tmp_path / 'w'}")
+              for name in EXPERIMENTS)):
+        out = run(*args)
+        assert out.returncode == 2 and message in out.stderr, (args, out.stderr[-2000:])
+        assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []
+    out = run("units", "spirals", "--smoke", "--train-only", "rnn_dt", "--train-only-n", "50")
+    assert out.returncode == 0 and out.stdout.split() == ["rnn_dt_n50_seed0"]
+
+
+def test_a_failed_solve_or_a_data_folder_it_cannot_make_is_one_line(tmp_path):
+    out = run("poisson", "--smoke", "--tol", "1e-300", "--out", str(tmp_path / "o"),
+              "--checkpoint-dir", str(tmp_path / "c"))
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr[-2000:]
+    assert out.stderr.strip().splitlines()[-1].startswith(
+        "python -m reproduce poisson: the ODE solver failed: ")
+    out = run("mnist", "--smoke", "--download", "--data-dir", "/proc/mnist")
+    assert out.returncode == 2 and out.stderr.strip() == (
+        "python -m reproduce mnist: error: cannot make the MNIST folder /proc/mnist: "
+        "No such file or directory")
+
+
+def test_a_results_file_the_report_cannot_read_is_named(tmp_path, monkeypatch, capsys):
+    from reproduce import markdown, report
+    monkeypatch.setattr(markdown, "FIGURES", str(tmp_path))
+    path = tmp_path / "cnf" / "results.json"
+    path.parent.mkdir()
+    for content, message in (('{"mode": "full", "res', f"{path}: unreadable (Unterminated"),
+                             ("{}", f"{path}: not a results file"),
+                             ("[1]", f"{path}: not a results file"),
+                             ('{"mode": "full", "results": {}}',
+                              "figures/cnf: a results file lacks what its section reads")):
+        path.write_text(content)
+        assert report.main(["--out", str(tmp_path / "R.md")]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(f"python -m reproduce report: error: {message}"), err
+    assert not (tmp_path / "R.md").exists()
+
+
+def test_a_report_elsewhere_or_of_one_mode_leaves_the_readme_alone(tmp_path, monkeypatch):
+    from reproduce import report
+    rewritten = []
+    monkeypatch.setattr(report, "update_blocks", lambda path, blocks: rewritten.append(path))
+    for args in (["--out", str(tmp_path / "R.md")], ["--out", str(tmp_path / "S.md"), "--mode",
+                                                     "smoke"]):
+        assert report.main(args) == 0 and rewritten == []
+    monkeypatch.setattr(report, "DEFAULT_OUT", str(tmp_path / "R.md"))
+    assert report.main(["--out", str(tmp_path / "R.md")]) == 0
+    assert rewritten == [report.README, report.BENCHMARKS_DOC]
+
+
 def test_a_run_stopped_by_stop_after_ends_in_one_line_and_resumes(tmp_path):
     folders = ["--out", str(tmp_path / "out"), "--checkpoint-dir", str(tmp_path / "ckpt")]
     out = run("poisson", "--smoke", "--stop-after", "2", *folders)

@@ -115,6 +115,36 @@ def test_units_run_with_resume_the_drivers_folders_and_their_declared_threads(tm
     assert {(u.threads, u.gpu) for u in mnist} == {(2, True)}
 
 
+def test_relative_folders_reach_units_and_evaluation_as_the_driver_means_them(tmp_path,
+                                                                              monkeypatch):
+    # units and evaluations run in the repository's folder: a relative folder is resolved first
+    monkeypatch.chdir(tmp_path)
+    units, run = runner.plan("poisson", ["--smoke", "--out", "o", "--checkpoint-dir", "c"])
+    assert runner.folders(run) == ["--out", str(tmp_path / "o"), "--checkpoint-dir",
+                                   str(tmp_path / "c"), "--weights-dir",
+                                   str(tmp_path / "c" / "final")]
+    assert units[0].argv[-9:-3] == tuple(runner.folders(run)) and units[0].ckpt_dir == str(
+        tmp_path / "c")
+
+
+class _Unit:
+    """A unit whose process exits with `code` each time it runs."""
+    def __init__(self, code):
+        self.code, self.runs = code, 0
+
+    def run(self):
+        self.runs += 1
+        return self.code
+
+
+def test_a_refused_unit_is_not_retried_and_a_failed_one_is():
+    refused, failed, done = _Unit(2), _Unit(1), _Unit(0)
+    errors = {unit: error for unit, error in runner._processes([refused, failed, done], 2)}
+    assert isinstance(errors[refused], runner.UnitRefused) and refused.runs == 1
+    assert isinstance(errors[failed], runner.UnitFailed) and failed.runs == runner.RETRIES + 1
+    assert errors[done] is None and done.runs == 1
+
+
 def test_runner_options_are_not_the_experiments():
     options, rest = runner.parse_options(["--full", "--executor", "ray", "--seeds", "0", "1",
                                           "--address", "auto", "--only", "a"])

@@ -64,12 +64,15 @@ CHOICES = {
 
 
 def units(run):
-    """One unit per model: fig4_<target>_<nf|cnf><K|M> and fig6_<dataset>_<nf|cnf>64."""
-    return list(MODELS)
+    """The units this run trains: one per model (fig4_<target>_<nf|cnf><K|M> and
+    fig6_<dataset>_<nf|cnf>64), narrowed by --only and --train-only."""
+    chosen = None if run.args.train_only is None else [
+        key for key in MODELS if _kind(key) == run.args.train_only]
+    return run.select(list(MODELS), chosen)
 
 
 def make_run(argv=None):
-    return Run("cnf", argv, extra_args=add_args,
+    return Run("cnf", argv, extra_args=add_args, selecting=lambda args: ("train_only",),
                description="Figures 4 and 6 (Section 4.1): continuous normalizing flows "
                            "against planar normalizing flows")
 
@@ -78,11 +81,9 @@ def main(argv=None):
     run = make_run(argv)
     cfg = SETTINGS[run.mode]
     solver = {"method": run.args.method, "rtol": TOL, "atol": TOL}
-    chosen = None if run.args.train_only is None else [
-        key for key in MODELS if _kind(key) == run.args.train_only]
-    todo = run.select(units(run), chosen)
+    todo = units(run)
     states = {key: train(run, cfg, solver, key) for key in todo}
-    if run.partial or chosen is not None:
+    if run.partial:
         print(f"trained {', '.join(todo)}; checkpoints in {run.ckpt_dir}")
         return 0
     fig4 = density_matching(run, cfg, solver, states)

@@ -75,7 +75,11 @@ def download(directory, files=FILES, mirrors=MIRRORS, timeout=60):
     A file is written under a temporary name and renamed only after its md5 matched, so a failed
     or partial download never leaves a file that looks valid. Files already present are left
     alone (`check` judges them). Raises MNISTDataError when a file cannot be obtained."""
-    os.makedirs(directory, exist_ok=True)
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError as error:
+        raise MNISTDataError(f"cannot make the MNIST folder {directory}: "
+                             f"{error.strerror or error}") from None
     for name, expected in files.items():
         path = os.path.join(directory, name)
         if os.path.exists(path):
@@ -83,7 +87,11 @@ def download(directory, files=FILES, mirrors=MIRRORS, timeout=60):
         failures = []
         for mirror in mirrors:
             url = mirror + name
-            fd, tmp = tempfile.mkstemp(dir=directory, prefix=name + ".", suffix=".part")
+            try:
+                fd, tmp = tempfile.mkstemp(dir=directory, prefix=name + ".", suffix=".part")
+            except OSError as error:
+                raise MNISTDataError(f"cannot write in the MNIST folder {directory}: "
+                                     f"{error.strerror or error}") from None
             try:
                 with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as r:
                     shutil.copyfileobj(r, out)

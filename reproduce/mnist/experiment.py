@@ -26,7 +26,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's C++ info and 
 
 import numpy as np  # noqa: E402
 
-from reproduce.common import Run, now, read_json, write_json  # noqa: E402
+from reproduce.common import Run, now, positive, read_json, write_json  # noqa: E402
 
 from . import data as D  # noqa: E402
 from .models import LABELS, NAMES, ODE_TOL  # noqa: E402
@@ -117,10 +117,12 @@ def add_args(parser):
                         help=f"comma-separated subset of {','.join(NAMES)} (default all) to train "
                              "before measuring memory, redoing Figure 3 and gathering the "
                              "results; 'none' to train nothing")
-    parser.add_argument("--epochs", type=int, default=None,
+    parser.add_argument("--epochs", type=positive(int), default=None,
                         help="train until this many epochs are done (default: the mode's; "
-                             f"{FULL_EPOCHS} in --full); with --resume, continues a checkpoint")
-    parser.add_argument("--checkpoint-every", type=int, default=None,
+                             f"{FULL_EPOCHS} in --full); with --resume, continues a checkpoint "
+                             "made with the same --epochs (the learning-rate schedule spans "
+                             "them)")
+    parser.add_argument("--checkpoint-every", type=positive(int), default=None,
                         help="checkpoint every N batches too (default: the mode's)")
     parser.add_argument("--no-memory", action="store_true",
                         help="skip the memory measurements (keep an earlier memory.json)")
@@ -130,8 +132,15 @@ def add_args(parser):
 
 
 def units(run):
-    """One unit per Table 1 model."""
-    return list(NAMES)
+    """The units this run trains: one per Table 1 model of --models, narrowed by --only."""
+    models = [m.strip() for m in run.args.models.split(",")]
+    if models == ["none"]:
+        models = []
+    unknown = [m for m in models if m not in NAMES]
+    if unknown:
+        run.usage_error(f"--models: unknown {', '.join(map(repr, unknown))}; choose from "
+                        f"{', '.join(NAMES)} (comma-separated) or none")
+    return run.select(list(NAMES), models)
 
 
 def make_run(argv=None):
@@ -143,24 +152,13 @@ def main(argv=None):
     try:
         return _main(run)
     except D.MNISTDataError as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(f"python -m reproduce mnist: error: {error}", file=sys.stderr)
         return 2
 
 
 def _main(run):
     args, s = run.args, dict(SETTINGS[run.mode])
-    models = [m.strip() for m in args.models.split(",")]
-    if models == ["none"]:
-        models = []
-    unknown = [m for m in models if m not in NAMES]
-    if unknown:
-        run.usage_error(f"--models: unknown {', '.join(map(repr, unknown))}; choose from "
-                        f"{', '.join(NAMES)} (comma-separated) or none")
-    models = run.select(units(run), models)
-    for name in ("epochs", "checkpoint_every"):
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            run.usage_error(f"--{name.replace('_', '-')} must be a positive integer, not {value}")
+    models = units(run)
     epochs = args.epochs or s["epochs"]
     checkpoint_every = args.checkpoint_every or s["checkpoint_every"]
 

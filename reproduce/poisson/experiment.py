@@ -70,8 +70,8 @@ CHOICES = {
 
 
 def units(run):
-    """One model: the latent ODE fitted to all sequences."""
-    return [UNIT]
+    """One model: the latent ODE fitted to all sequences (checked against --only)."""
+    return run.select([UNIT])
 
 
 def add_args(parser):
@@ -85,7 +85,7 @@ def make_run(argv=None):
 def main(argv=None):
     run = make_run(argv)
     cfg = SETTINGS[run.mode]
-    todo = run.select(units(run))
+    todo = units(run)
     solver, solver_text = solver_from_args(run.args, cfg["tol"])
     tol = solver["rtol"]
     data = make_dataset(cfg["n_sequences"], cfg["n_fresh"])

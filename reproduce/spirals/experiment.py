@@ -428,9 +428,18 @@ def coverage_text(data):
 
 
 def units(run):
-    """One unit per model of UNIT_MODELS, number of observations and seed (its checkpoint's
-    name)."""
-    return list(_grid(run))
+    """The units this run trains: one per model of UNIT_MODELS, number of observations and seed
+    (its checkpoint's name), narrowed by --only, --train-only and --train-only-n. A --pilot run
+    trains its own units in its one process (pilots), so it has none to hand out."""
+    if run.args.pilot:
+        run.usage_error("--pilot trains its units in its one process: no units to list or "
+                        "to run with --executor")
+    grid, chosen = _grid(run), None
+    if run.args.train_only or run.args.train_only_n:
+        chosen = [k for k, (m, n, _) in grid.items()
+                  if m in (run.args.train_only or UNIT_MODELS)
+                  and n in (run.args.train_only_n or N_OBS)]
+    return run.select(list(grid), chosen)
 
 
 def train_unit(run, cfg, data, solver, model, n, seed, pilot=None):
@@ -746,21 +755,17 @@ def _summary(values):
 
 def make_run(argv=None):
     return Run("spirals", argv, description=__doc__.split("\n\n")[0], extra_args=add_args,
-               bookkeeping={"seeds", "train_only", "inference_gap", "pilot"})
+               bookkeeping={"seeds", "train_only", "inference_gap", "pilot"},
+               selecting=lambda args: () if args.pilot else ("train_only", "train_only_n"))
 
 
 def main(argv=None):
     run = make_run(argv)
     cfg, seeds, grid = SETTINGS[run.mode], _seeds(run), _grid(run)
-    chosen = None
     if run.args.pilot and (run.args.only or run.args.train_only):
         run.usage_error("--pilot trains its own units: it takes --train-only-n, not --only or "
                         "--train-only")
-    if run.args.train_only or run.args.train_only_n:
-        chosen = [k for k, (m, n, _) in grid.items()
-                  if m in (run.args.train_only or UNIT_MODELS)
-                  and n in (run.args.train_only_n or N_OBS)]
-    todo = run.select(list(grid), chosen)
+    todo = [] if run.args.pilot else units(run)
     solver, solver_text = solver_from_args(run.args, cfg["tol"])
     solver["adjoint_method"] = ADJOINT_METHOD
     eval_solver = dict(solver, rtol=PAPER_TOL, atol=PAPER_TOL)
@@ -769,7 +774,7 @@ def main(argv=None):
     if run.args.pilot:
         return pilots(run, cfg, data, solver, eval_solver)
     states, per_seed = {}, {}
-    table2_run = not run.partial and chosen is None  # else it trains units and stops
+    table2_run = not run.partial  # else it trains units and stops
     for key in todo:
         unit_model, n, seed = grid[key]
         step = mean_gap(observed(data, n, data["train"])[1])
@@ -862,10 +867,10 @@ def main(argv=None):
                                "noise) evaluated at each tolerance",
     })
     if run.args.inference_gap:  # before results.json, whose duration is the whole command's
-        maxiter, units = FIT_ITERS[run.mode], [(n, s) for n in N_OBS
-                                               for s in _model_seeds(run, LATENT_ODE)]
+        maxiter, fitted = FIT_ITERS[run.mode], [(n, s) for n in N_OBS
+                                                for s in _model_seeds(run, LATENT_ODE)]
         gaps = {(n, s): inference_gap(best_params(states[LATENT_ODE, n, s]), data, n,
-                                      eval_solver, solver, maxiter) for n, s in units}
+                                      eval_solver, solver, maxiter) for n, s in fitted}
         run.save_results({
             "inference_gap": {str(n): seeds_mean([g for (m, _), g in gaps.items() if m == n])
                               for n in N_OBS},
@@ -874,7 +879,7 @@ def main(argv=None):
             "models": {str(n): [{"unit": unit_name(LATENT_ODE, n, s),
                                  "iterations": states[LATENT_ODE, n, s]["step"],
                                  "best_step": (states[LATENT_ODE, n, s]["best"] or {}).get("step")}
-                                for m, s in units if m == n] for n in N_OBS},
+                                for m, s in fitted if m == n] for n in N_OBS},
         }, choices={"fits": f"z0 of each test spiral fitted by L-BFGS (at most {maxiter} "
                             f"iterations, squared error, gradients by the adjoint at the "
                             f"training tolerance {solver['rtol']:g}) from the recognition "
