@@ -141,16 +141,28 @@ def _scaled(x, scale):
     return np.divide(x, scale, out=np.zeros(np.shape(x)), where=(x != 0))
 
 
+def _check_accuracy(y, rtol, atol, t, method):
+    """Raise ODESolverError where the tolerances ask for more accuracy than float64 holds for y
+    (VODE's test: eps times the RMS of y over its error weight above 1), which the pairs' error
+    estimate, rounded to 0, would otherwise report as met."""
+    y = getval(y)
+    if np.finfo(float).eps * _rms(_scaled(y, atol + rtol * np.abs(y))) > 1:
+        raise ODESolverError("excess accuracy requested: the tolerances are too small for "
+                             "float64", t=float(getval(t)), method=method)
+
+
 def _error_norm(step, stages, weights, scale):
     """The RMS of the error estimate step * sum(w_i k_i) relative to its scale."""
     err = getval(step) * sum(w * getval(k) for w, k in zip(weights, stages) if w)
     return _rms(_scaled(err, scale))
 
 
-def _initial_step(f, y0, f0, t0, direction, span, rtol, atol, error_order):
+def _initial_step(f, y0, f0, t0, t_end, rtol, atol, error_order):
     """Hairer, Norsett and Wanner's starting step (one extra evaluation), their fallback steps
     (1e-6, for time of order 1) taken relative to the solve's span; the extra evaluation at most
-    the span ahead, inside it, where the dynamics are defined."""
+    at t_end, inside the span, where the dynamics are defined."""
+    t0, t_end = float(getval(t0)), float(getval(t_end))
+    direction, span = np.sign(t_end - t0), abs(t_end - t0)
     y0v, f0v = getval(y0), getval(f0)
     scale = atol + rtol * np.abs(y0v)
     moving = (scale == 0) & (f0v != 0)
@@ -158,13 +170,16 @@ def _initial_step(f, y0, f0, t0, direction, span, rtol, atol, error_order):
         raise ODESolverError(f"component {int(np.argmax(moving))} of the state is zero at the "
                              "start and moves, and atol is 0: its error weight rtol * |y| + atol "
                              f"is zero, so no step can meet the tolerance: {GIVE_ATOL}",
-                             t=float(getval(t0)), method=f.method)
+                             t=t0, method=f.method)
     d0, d1 = _rms(_scaled(y0v, scale)), _rms(_scaled(f0v, scale))
     h0 = 1e-6 * span if d0 < 1e-5 or d1 < 1e-5 else 0.01 * d0 / d1
     if not 0 < h0 < np.inf:  # the derivative overflows its error scale: no usable step
         return 0.0
     probe = min(h0, span)
-    f1 = getval(f(y0v + direction * probe * f0v, getval(t0) + direction * probe))
+    t_probe = t0 + direction * probe
+    if direction * (t_probe - t_end) > 0:  # rounded past the span's end
+        t_probe = t_end
+    f1 = getval(f(y0v + direction * probe * f0v, t_probe))
     d2 = _rms(_scaled(f1 - f0v, scale)) / probe
     h1 = (max(1e-6 * span, h0 * 1e-3) if max(d1, d2) <= 1e-15
           else (0.01 / max(d1, d2)) ** (1 / (error_order + 1)))
@@ -183,12 +198,12 @@ def embedded_rk(method, fun, y0, t, rtol, atol, max_steps, counts, first_step=No
     f = _Counted(fun, method, counts)
     direction = 1.0 if getval(t[-1]) > getval(t[0]) else -1.0
     y, tc = y0, t[0]
+    _check_accuracy(y, rtol, atol, tc, method)
     if first_step is not None:
         k1, h = None, first_step
     else:
         k1 = f(y, tc)
-        span = abs(float(getval(t[-1])) - float(getval(t[0])))
-        h = _initial_step(f, y, k1, tc, direction, span, rtol, atol, tab.error_order)
+        h = _initial_step(f, y, k1, tc, t[-1], rtol, atol, tab.error_order)
     ys = [y0]
     for i in range(1, len(t)):
         interval_steps = 0
@@ -220,6 +235,7 @@ def embedded_rk(method, fun, y0, t, rtol, atol, max_steps, counts, first_step=No
                 err_norm = np.inf
             if err_norm <= 1.0:
                 y, tc, k1 = y_new, t_new, k_last
+                _check_accuracy(y, rtol, atol, tc, method)
                 interval_steps += 1
                 counts.steps += 1
                 factor = 10.0 if err_norm == 0 else min(10.0, 0.9 * err_norm ** exponent)

@@ -30,6 +30,7 @@ USAGE = """usage: python -m reproduce list
 options of NAME and all: --executor local | processes [--workers N] | ray [--workers N |
        --address ADDR] (local: one unit after another in this process, the default)"""
 FOLDER_FLAGS = ("--out", "--checkpoint-dir", "--weights-dir")
+PATH_FLAGS = FOLDER_FLAGS + ("--data-dir",)  # what a unit's process, run in ROOT, must get absolute
 
 
 def main(argv=None):
@@ -85,13 +86,18 @@ def _units(name, argv):
 
 def _own_folders(name, argv):
     """argv with the value of each folder flag (FOLDER_FLAGS) extended by /NAME."""
+    return with_flag_values(argv, FOLDER_FLAGS, lambda folder: os.path.join(folder, name))
+
+
+def with_flag_values(argv, flags, change):
+    """argv with change(value) for the value of each of `flags` (--flag VALUE or --flag=VALUE)."""
     argv = list(argv)
     for i, arg in enumerate(argv):
         flag, equals, value = arg.partition("=")
-        if flag in FOLDER_FLAGS and equals:
-            argv[i] = f"{flag}={os.path.join(value, name)}"
-        elif flag in FOLDER_FLAGS and i + 1 < len(argv):
-            argv[i + 1] = os.path.join(argv[i + 1], name)
+        if flag in flags and equals:
+            argv[i] = f"{flag}={change(value)}"
+        elif flag in flags and i + 1 < len(argv):
+            argv[i + 1] = change(argv[i + 1])
     return argv
 
 
@@ -101,6 +107,8 @@ def _timed(name, argv):
     print(f"==> python -m reproduce {name} {' '.join(argv)}", flush=True)
     try:
         code = _run(name, argv)
+    except SystemExit as e:  # a usage error of this experiment's: run the others, then fail
+        code = e.code
     except Exception:  # noqa: BLE001 -- run the others, then fail
         traceback.print_exc()
         code = 1
@@ -121,7 +129,7 @@ def _fan_out(argvs, options, report):
 
     def finish(name):
         if name not in failed and not plans[name][1].partial:
-            evaluations[name] = runner.evaluate(name, argvs[name], plans[name][1]), time.time()
+            evaluations[name] = runner.evaluate(name, argvs[name]), time.time()
 
     for name in [n for n, count in left.items() if count == 0]:
         finish(name)

@@ -378,7 +378,7 @@ class Checkpoint:
         try:
             with open(self.path, "rb") as f:
                 blob = f.read()
-        except OSError as e:
+        except (IsADirectoryError, PermissionError) as e:  # others (NFS's) may pass: retried
             raise self._fail(f"unreadable ({e.strerror or e})") from None
         if not blob.startswith(self.MAGIC) or len(blob) <= self.HEAD:
             raise self._fail("not a checkpoint of this project, or truncated")
@@ -443,12 +443,12 @@ class AppendLog:
         """Every record from byte `start` up to byte `size` (the end without it)."""
         if not os.path.exists(self.path):
             return []
+        with open(self.path, "rb") as f:
+            f.seek(start)
+            data = f.read() if size is None else f.read(size - start)
         try:
-            with open(self.path, "rb") as f:
-                f.seek(start)
-                data = f.read() if size is None else f.read(size - start)
             return [json.loads(line) for line in data.splitlines() if line.strip()]
-        except (OSError, ValueError) as e:  # ValueError: JSONDecodeError, UnicodeDecodeError
+        except ValueError as e:  # JSONDecodeError, UnicodeDecodeError: damaged contents
             raise CheckpointError(f"{self.path}: unreadable ({type(e).__name__}: {e}); delete "
                                   "it with its checkpoint to start afresh") from None
 

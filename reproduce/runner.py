@@ -104,6 +104,7 @@ def plan(name, argv):
     """(the units that `python -m reproduce NAME argv` trains: those its selection flags choose,
     none with --evaluate-only; its Run)."""
     experiment = importlib.import_module(f"reproduce.{name}.experiment")
+    argv = resolved(argv)
     run = experiment.make_run(argv)
     units = [] if run.args.evaluate_only else [
         Unit(name, unit, (*argv, *folders(run), "--resume", "--only", unit), run.ckpt_dir,
@@ -113,9 +114,16 @@ def plan(name, argv):
 
 
 def folders(run):
-    """The folder flags of a run, absolute (its units and evaluation run in ROOT)."""
+    """The folder flags of a run, absolute: a unit writes where its driver reads."""
     return ["--out", run.out_dir, "--checkpoint-dir", run.ckpt_dir,
             "--weights-dir", run.weights_dir]
+
+
+def resolved(argv):
+    """argv with the values of its path flags absolute: units and evaluations run in ROOT."""
+    from reproduce.__main__ import PATH_FLAGS, with_flag_values
+    return with_flag_values(argv, PATH_FLAGS,
+                            lambda path: os.path.abspath(path) if path.strip() else path)
 
 
 def completed(units, options):
@@ -127,11 +135,11 @@ def completed(units, options):
     return _ray(units, options.workers, options.address)
 
 
-def evaluate(name, argv, run):
+def evaluate(name, argv):
     """Start the evaluation of one experiment whose units have finished (`python -m reproduce
-    NAME argv --resume` with its Run's folders, in a process of its own, which dies with this
-    one); its Popen."""
-    argv = [*argv, *folders(run), "--resume"]
+    NAME argv --resume`, its paths resolved, in a process of its own, which dies with this one);
+    its Popen."""
+    argv = [*resolved(argv), "--resume"]
     print(f"==> python -m reproduce {name} {' '.join(argv)}", flush=True)
     return subprocess.Popen([sys.executable, "-m", "reproduce", name, *argv],
                             cwd=ROOT, preexec_fn=_die_with_parent)

@@ -359,7 +359,8 @@ def test_smoke_run_writes_results_and_measures_memory(tmp_path):
 def test_bad_arguments_and_missing_data(tmp_path, capsys):
     for bad, message in ((("--models", "odenet,vgg"), "unknown"), (("--epochs", "0"), "positive"),
                          (("--epochs", "x"), "not an integer"),
-                         (("--checkpoint-every", "-1"), "positive"), (("--bogus",), "unrecognized")):
+                         (("--checkpoint-every", "-1"), "positive"),
+                         (("--bogus",), "unrecognized")):
         with pytest.raises(SystemExit) as exit_:
             mnist.main(_argv(tmp_path, *bad))
         assert exit_.value.code == 2

@@ -215,7 +215,7 @@ def test_resume_refuses_a_checkpoint_made_with_other_settings(tmp_path, capsys):
     with pytest.raises(KeyboardInterrupt):
         main(argv + ["--stop-after", "3", "--tol", "1e-2", "--method", "lsoda", "--no-seminorm"])
     capsys.readouterr()
-    assert main(argv + ["--resume"]) == 1
+    assert main(argv + ["--resume"]) == 2  # refused: the runner does not retry it
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "latent_ode.ckpt" in err
     for setting in ("method: 'lsoda' there, 'adams' here", "no_seminorm: True there",

@@ -449,6 +449,11 @@ def test_the_dynamics_are_not_evaluated_past_the_span(method, span):
     forcing = _inside(0.0, 1.0, lambda y, t: 1e-6 * anp.exp(t) + 0 * y)
     y = odeint(forcing, np.ones(1), [0.0, 1.0], method=method, **rk4_steps(method))
     np.testing.assert_allclose(y[-1], [1 + 1e-6 * np.expm1(1.0)], rtol=2e-7)  # default tol
+    # a probe a whole span ahead, where t[0] + (t[-1] - t[0]) rounds past t[-1]
+    t = [-1.9907001027432838, 0.515690120220412]
+    y = odeint(_inside(*t, lambda y, t: -1e-3 * y), np.ones(1), t, method=method,
+               **rk4_steps(method))
+    np.testing.assert_allclose(y[-1], np.exp(-1e-3 * (t[1] - t[0])), rtol=1e-7)
 
 
 @pytest.mark.parametrize("method, adjoint_method", [(m, None) for m in ADJOINT_METHODS]
@@ -490,3 +495,12 @@ def test_a_state_whose_sum_overflows_solves_without_a_warning(method):
     y = odeint(lambda y, t: -y, np.full(1000, 1e306), [0.0, 1.0], method=method,
                **rk4_steps(method))
     np.testing.assert_allclose(y[-1] / 1e306, np.exp(-1.0), rtol=1e-3)
+
+
+@pytest.mark.parametrize("method", ("adams", "bdf", "lsoda") + RK_PAIRS)
+def test_tolerances_float64_cannot_meet_are_an_error(method):
+    # the pairs' error estimate rounds to 0 there: dopri5 reported rtol 1e-20 met, its error 3e-16
+    with pytest.raises(ODESolverError, match="accuracy"):
+        odeint(lambda y, t: -y, np.ones(1), [0.0, 1.0], method=method, rtol=1e-20, atol=1e-30)
+    y = odeint(lambda y, t: -y, np.ones(1), [0.0, 0.1], method=method, rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(y[-1], np.exp(-0.1), rtol=1e-11)

@@ -188,6 +188,11 @@ def test_flags_that_select_nothing_or_contradict_are_refused(tmp_path):
         assert out.returncode == 2 and message in out.stderr, (args, out.stderr[-2000:])
         assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
     assert list(tmp_path.iterdir()) == []
+    # `all` goes on to the next experiment after one refused its command
+    out = run("all", "--smoke", "--evaluate-only", *empty)
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr[-2000:]
+    assert out.stderr.count("nothing trained to evaluate") == len(EXPERIMENTS)
+    assert out.stderr.strip().splitlines()[-1] == f"failed: {', '.join(EXPERIMENTS)}"
     out = run("units", "spirals", "--smoke", "--train-only", "rnn_dt", "--train-only-n", "50")
     assert out.returncode == 0 and out.stdout.split() == ["rnn_dt_n50_seed0"]
 

@@ -125,6 +125,9 @@ def test_relative_folders_reach_units_and_evaluation_as_the_driver_means_them(tm
                                    str(tmp_path / "c" / "final")]
     assert units[0].argv[-9:-3] == tuple(runner.folders(run)) and units[0].ckpt_dir == str(
         tmp_path / "c")
+    # the evaluation gets the folders given, resolved (its command is the one results.json keeps)
+    assert runner.resolved(["--full", "--out", "o", "--data-dir=d", "--seed", "1"]) == [
+        "--full", "--out", str(tmp_path / "o"), f"--data-dir={tmp_path / 'd'}", "--seed", "1"]
 
 
 class _Unit:
