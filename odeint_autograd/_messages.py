@@ -31,8 +31,10 @@ try:
 except ImportError:  # not POSIX
     fcntl = None
 import scipy.integrate  # noqa: F401 -- loads the solvers' libgfortran, for _fortran_flushes
-# a line of VODE/LSODA's messages: "<ROUTINE>--  text", then lines indented by 6 or more spaces
-_MESSAGE_HEAD, _MESSAGE_MORE = re.compile(r" ?[A-Za-z]+--"), re.compile(r" {6}")
+# a line of VODE/LSODA's messages: "<ROUTINE>--  text" (their routines that print, in scipy's
+# build), then lines indented by 6 or more spaces
+_MESSAGE_HEAD = re.compile(r" ?(?i:dvode|dvindy|zvode|zvindy|lsoda|intdy)--")
+_MESSAGE_MORE = re.compile(r" {6}")
 
 
 def _identity(fd):

@@ -302,7 +302,7 @@ def _caught_while(write):
 def test_other_output_during_a_solve_is_written_back(capfd, monkeypatch):
     """While a solve runs, descriptor 1 goes to a file: the solvers' lines (they start with a
     space) are kept for an error, anything else (another thread's print) is written back."""
-    other = "another thread\n[[1. 0.]\n [0. 1.]]\n   indented\n"
+    other = "another thread\n[[1. 0.]\n [0. 1.]]\n   indented\n XYZ--  not a solver's\n"
 
     def write():
         os.write(1, b" DVODE--  a   message\n       goes on\n      In above,  R1 = 0.1D+01\n")
