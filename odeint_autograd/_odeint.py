@@ -127,6 +127,9 @@ def odeint(func, y0, t, args=(), *, rtol=None, atol=None, method="lsoda",
     if method != "rk4":
         _check_span(t)
         _check_resolution(t, rtol, atol, "")
+    elif _span(t) == np.inf:  # its step (t[i] - t[i-1]) / n would be inf, its times nan
+        raise ValueError("t spans inf: the difference of its times overflows float64; rescale "
+                         "time: solve in s = t / c, with dynamics c * func(y, s * c)")
     _check_count(max_steps, "max_steps")
     if step_size is not None and method != "rk4":
         raise ValueError(f"step_size applies to method='rk4' only, not {method!r}")

@@ -213,7 +213,10 @@ def embedded_rk(method, fun, y0, t, rtol, atol, max_steps, counts, first_step=No
                                      "between two output times", t=float(getval(tc)),
                                      method=method)
             remaining = abs(getval(t[i]) - getval(tc))
-            last = h >= remaining * (1 - 1e-12)
+            # the shortest step float64 resolves at these times: a step that would leave less
+            # than it before t[i] goes to t[i] (at large |t| it falls short by a few ulps)
+            shortest = 16 * np.finfo(float).eps * max(abs(getval(tc)), abs(getval(t[i])), 1e-300)
+            last = h >= remaining * (1 - 1e-12) or remaining - h <= shortest
             step = (t[i] - tc) if last else direction * h  # land exactly on the output time
             if abs(getval(step)) <= 16 * np.finfo(float).eps * max(abs(getval(tc)), 1e-300):
                 raise ODESolverError("step size underflow: the solution may blow up here",

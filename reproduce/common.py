@@ -111,7 +111,10 @@ class Run:
         train some units and stop without evaluating (as --only does)."""
         self.bookkeeping = BOOKKEEPING_FLAGS | set(bookkeeping)
         self._selecting = selecting
-        parser = Parser(prog=f"python -m reproduce {name}", description=description)
+        parser = Parser(prog=f"python -m reproduce {name}", description=description,
+                        epilog="--executor local | processes [--workers N] | ray [--workers N | "
+                               "--address ADDR]: where the units of work run (local: one after "
+                               "another in this process, the default; see reproduce/runner.py)")
         mode = parser.add_mutually_exclusive_group()
         mode.add_argument("--smoke", dest="mode", action="store_const", const="smoke",
                           help="seconds: tiny settings, for the tests")

@@ -504,3 +504,19 @@ def test_tolerances_float64_cannot_meet_are_an_error(method):
         odeint(lambda y, t: -y, np.ones(1), [0.0, 1.0], method=method, rtol=1e-20, atol=1e-30)
     y = odeint(lambda y, t: -y, np.ones(1), [0.0, 0.1], method=method, rtol=1e-13, atol=1e-13)
     np.testing.assert_allclose(y[-1], np.exp(-0.1), rtol=1e-11)
+
+
+@pytest.mark.parametrize("method", RK_PAIRS)
+def test_an_output_time_a_few_ulps_past_a_step_far_from_zero_is_reached(method):
+    # at t = 1e6 a step landed 2-16 ulps short of 1000000.92056344 (dopri5's), and the step left
+    # was refused as a 'step size underflow'
+    t = np.array([1e6, 1000000.92056344, 1e6 + 10])
+    y = odeint(lambda y, t: anp.stack([y[1], -y[0]]), np.array([1.0, 0.0]), t, method=method,
+               rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(y[-1], [np.cos(10.0), -np.sin(10.0)], atol=1e-4)
+
+
+def test_rk4_refuses_a_span_float64_cannot_hold():
+    # its step (t[1] - t[0]) / n was inf, and func was called at t = nan
+    with pytest.raises(ValueError, match="t spans inf"):
+        odeint(lambda y, t: 0 * y, np.ones(1), [-1.7e308, 1.7e308], method="rk4")
