@@ -148,7 +148,9 @@ def _check_accuracy(y, rtol, atol, t, method):
     y = getval(y)
     if np.finfo(float).eps * _rms(_scaled(y, atol + rtol * np.abs(y))) > 1:
         raise ODESolverError("excess accuracy requested: the tolerances are too small for "
-                             "float64", t=float(getval(t)), method=method)
+                             "float64 (with atol = 0, a state so small that rtol * |y| "
+                             "underflows asks it too: give atol)", t=float(getval(t)),
+                             method=method)
 
 
 def _error_norm(step, stages, weights, scale):
