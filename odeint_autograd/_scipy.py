@@ -419,7 +419,9 @@ def solve(fun, y0, t, method, rtol, atol, max_steps, counts, jacobian=None):
     if failure is not None:  # (why, the time reached), the solver's printed lines quoted
         reason, reached = failure
         raise ODESolverError(reason + _quoted(printed), t=reached, method=method)
-    if not all_finite(ys):
+    with np.errstate(over="ignore"):  # as in the solve: all_finite's sum may overflow
+        finite = all_finite(ys)
+    if not finite:
         first = int(np.nonzero(~np.isfinite(ys).all(axis=1))[0][0])
         raise ODESolverError("the solution became non-finite", t=float(t[first]), method=method)
     return ys

@@ -29,8 +29,6 @@ USAGE = """usage: python -m reproduce list
        python -m reproduce report
 options of NAME and all: --executor local | processes [--workers N] | ray [--workers N |
        --address ADDR] (local: one unit after another in this process, the default)"""
-FOLDER_FLAGS = ("--out", "--checkpoint-dir", "--weights-dir")
-PATH_FLAGS = FOLDER_FLAGS + ("--data-dir",)  # what a unit's process, run in ROOT, must get absolute
 
 
 def main(argv=None):
@@ -85,20 +83,9 @@ def _units(name, argv):
 
 
 def _own_folders(name, argv):
-    """argv with the value of each folder flag (FOLDER_FLAGS) extended by /NAME."""
+    """argv with the value of each folder flag (runner.FOLDER_FLAGS) extended by /NAME."""
+    from reproduce.runner import FOLDER_FLAGS, with_flag_values
     return with_flag_values(argv, FOLDER_FLAGS, lambda folder: os.path.join(folder, name))
-
-
-def with_flag_values(argv, flags, change):
-    """argv with change(value) for the value of each of `flags` (--flag VALUE or --flag=VALUE)."""
-    argv = list(argv)
-    for i, arg in enumerate(argv):
-        flag, equals, value = arg.partition("=")
-        if flag in flags and equals:
-            argv[i] = f"{flag}={change(value)}"
-        elif flag in flags and i + 1 < len(argv):
-            argv[i + 1] = change(argv[i + 1])
-    return argv
 
 
 def _timed(name, argv):

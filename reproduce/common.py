@@ -99,7 +99,7 @@ class Parser(argparse.ArgumentParser):
     """argparse's parser whose errors are one line, without the usage text."""
 
     def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+        self.exit(REFUSED, f"{self.prog}: error: {message} (see --help)\n")
 
 
 class Run:
@@ -192,8 +192,9 @@ class Run:
     def _check_evaluate_only(self):
         """--evaluate-only trains nothing: refuse it beside flags that only train, and where
         there is nothing trained to evaluate (a mistyped folder would score untrained models)."""
-        if self.selection_flags():
-            self.usage_error(f"--evaluate-only trains nothing, {self.selection_flags()[0]} "
+        selecting = self.selection_flags()
+        if selecting:
+            self.usage_error(f"--evaluate-only trains nothing, {selecting[0]} "
                              "trains units and stops without evaluating: give one of them")
         if not any(os.path.isdir(folder) and any(f.endswith(".ckpt") for f in os.listdir(folder))
                    for folder in (self.ckpt_dir, self.weights_dir)):

@@ -34,6 +34,8 @@ import uuid
 from reproduce.common import REFUSED, ROOT, positive
 
 EXECUTORS = ("local", "processes", "ray")
+FOLDER_FLAGS = ("--out", "--checkpoint-dir", "--weights-dir")  # `all` gives each its NAME/ there
+PATH_FLAGS = FOLDER_FLAGS + ("--data-dir",)  # what a unit's process, run in ROOT, gets absolute
 RETRIES = 2  # a unit whose process dies runs again up to this many times, from its checkpoint
 # The threads of one unit: the latent ODE and CNF units are single-threaded numpy; MNIST's
 # TensorFlow models run gpu_dynamics' 2 intra-op threads on a CPU.
@@ -121,9 +123,20 @@ def folders(run):
 
 def resolved(argv):
     """argv with the values of its path flags absolute: units and evaluations run in ROOT."""
-    from reproduce.__main__ import PATH_FLAGS, with_flag_values
     return with_flag_values(argv, PATH_FLAGS,
                             lambda path: os.path.abspath(path) if path.strip() else path)
+
+
+def with_flag_values(argv, flags, change):
+    """argv with change(value) for the value of each of `flags` (--flag VALUE or --flag=VALUE)."""
+    argv = list(argv)
+    for i, arg in enumerate(argv):
+        flag, equals, value = arg.partition("=")
+        if flag in flags and equals:
+            argv[i] = f"{flag}={change(value)}"
+        elif flag in flags and i + 1 < len(argv):
+            argv[i + 1] = change(argv[i + 1])
+    return argv
 
 
 def completed(units, options):

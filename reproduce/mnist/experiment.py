@@ -26,7 +26,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's C++ info and 
 
 import numpy as np  # noqa: E402
 
-from reproduce.common import Run, now, positive, read_json, write_json  # noqa: E402
+from reproduce.common import REFUSED, Run, now, positive, read_json, write_json  # noqa: E402
 
 from . import data as D  # noqa: E402
 from .models import LABELS, NAMES, ODE_TOL  # noqa: E402
@@ -153,7 +153,7 @@ def main(argv=None):
         return _main(run)
     except D.MNISTDataError as error:
         print(f"python -m reproduce mnist: error: {error}", file=sys.stderr)
-        return 2
+        return REFUSED
 
 
 def _main(run):

@@ -765,7 +765,6 @@ def main(argv=None):
     if run.args.pilot and (run.args.only or run.args.train_only):
         run.usage_error("--pilot trains its own units: it takes --train-only-n, not --only or "
                         "--train-only")
-    todo = [] if run.args.pilot else units(run)
     solver, solver_text = solver_from_args(run.args, cfg["tol"])
     solver["adjoint_method"] = ADJOINT_METHOD
     eval_solver = dict(solver, rtol=PAPER_TOL, atol=PAPER_TOL)
@@ -773,7 +772,7 @@ def main(argv=None):
     data = make_dataset(cfg["n_spirals"])
     if run.args.pilot:
         return pilots(run, cfg, data, solver, eval_solver)
-    states, per_seed = {}, {}
+    todo, states, per_seed = units(run), {}, {}
     table2_run = not run.partial  # else it trains units and stops
     for key in todo:
         unit_model, n, seed = grid[key]
