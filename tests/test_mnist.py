@@ -324,6 +324,10 @@ def test_resume_after_a_kill_gives_the_uninterrupted_run(tmp_path, name):
     summary = json.loads((tmp_path / "killed" / "out" / f"train_{name}.json").read_text())
     assert summary["epochs_run"] == summary["epochs_planned"] == 2
     assert summary["test_error_pct"] == whole["history"][-1]["test_error_pct"]
+    # it names the run that trained the weights and when that run finished, not this evaluation
+    assert summary["command"] != summary["evaluated_by"]
+    trained = json.loads((tmp_path / "whole" / "out" / f"train_{name}.json").read_text())
+    assert trained["date"] <= trained["trained"] <= summary["trained"] <= summary["date"]
     # a resumed run takes the final weights as a finished model: nothing is trained again
     assert mnist.main(_argv(tmp_path / "killed", *args, "--resume")) == 0
     assert not (tmp_path / "killed" / "ckpt" / f"{name}.ckpt").exists()
@@ -382,3 +386,15 @@ def test_report_convergence_bullet_shows_the_curve_and_the_last_epochs_range():
     assert "RK-Net (last 2 epochs 1.00-3.00)" in text  # a full run cut short: no curve either
     assert "ODE-Net" not in text  # a model without a run is left out
     assert convergence({"odenet": {"history": []}}) is None
+
+
+def test_report_dates_a_training_run_by_its_weights_or_bounds_it():
+    """The durations row of a model evaluated from its weights shows when training finished; weights
+    that carry no date give only 'before' the date of the evaluation that scored them."""
+    from reproduce.mnist.report import durations
+    m = {"measured_epoch_seconds": 60.0, "epochs_run": 2, "train_seconds": 120.0,
+         "command": "python -m reproduce mnist --full --only mlp", "date": "2026-12-07T03:22:28"}
+    record = {"results": {"table1": {"mlp": {**m, "trained": "2026-12-01T06:40:00"},
+                                      "resnet": m}}}
+    rows = {r[2].split(",")[0]: r[3] for r in durations({"full": record})}
+    assert rows == {"1-layer MLP": "2026-12-01", "ResNet": "before 2026-12-07"}

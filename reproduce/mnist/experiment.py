@@ -190,6 +190,7 @@ def _main(run):
         else:
             state = train(run, model, train_set, test_set, epochs, s["batch_size"],
                           checkpoint_every)
+        made_by["trained"] = state.get("trained")  # None: no date in these weights (older ones)
         states[name] = state
         planned = state["config"]["epochs"]
         write_json(run.path(f"train_{name}.json"), {

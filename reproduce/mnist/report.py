@@ -22,10 +22,10 @@ def section(runs):
     bullets = [b for b in [convergence(res["table1"])] if b]
     if slopes:
         bullets.append(f"- Memory (Table 1's O() column, measured): ResNet "
-                       f"+{slopes.get('resnet_per_block', 0):.2f} MB per residual block (O(L)); "
-                       f"RK-Net (RK4, direct backprop) +{slopes.get('rk4_per_nfe', 0):.2f} MB per "
+                       f"{slopes.get('resnet_per_block', 0):+.2f} MB per residual block (O(L)); "
+                       f"RK-Net (RK4, direct backprop) {slopes.get('rk4_per_nfe', 0):+.2f} MB per "
                        f"function evaluation (O(L~)); ODE-Net (adjoint) "
-                       f"+{slopes.get('odenet_per_nfe', 0):.4f} MB per function evaluation "
+                       f"{slopes.get('odenet_per_nfe', 0):+.4f} MB per function evaluation "
                        f"(O(1)).")
     if fig3:
         ratio = fig3.get("backward_over_forward_training")
@@ -51,10 +51,18 @@ def section(runs):
         table1(res["table1"], published.TABLE1),
         "Commands of the training runs behind the table:\n\n" + "\n".join(
             f"- {LABELS[name]}: `{res['table1'][name]['command']}` "
-            f"({res['table1'][name]['date']})" for name in NAMES if res["table1"].get(name)),
+            f"(trained {_trained(res['table1'][name])})"
+            for name in NAMES if res["table1"].get(name)),
         "\n".join(bullets),
         figure_links(record, ["figure3.png", "memory.png"]),
         choices_block(record)])
+
+
+def _trained(m, day=False):
+    """When a model's training finished; weights saved before that was kept give only a bound,
+    the date of the file that scored them."""
+    cut = 10 if day else None
+    return m["trained"][:cut] if m.get("trained") else f"before {m['date'][:cut]}"
 
 
 def convergence(table):
@@ -121,7 +129,7 @@ def durations(runs):
             if m and m.get("measured_epoch_seconds"):
                 epoch = m["measured_epoch_seconds"]
                 rows.append(["mnist", "full", f"{LABELS[name]}, {m['epochs_run']} epochs of "
-                             f"60,000 images: `{m['command']}`", m["date"][:10],
+                             f"60,000 images: `{m['command']}`", _trained(m, day=True),
                              f"{minutes(epoch)} per epoch, {hours(m['train_seconds'])} in all; "
                              f"the paper's {FULL_EPOCHS} epochs: {hours(FULL_EPOCHS * epoch)}"])
     return rows

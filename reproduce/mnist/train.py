@@ -13,7 +13,7 @@ import numpy as np
 from autograd import value_and_grad
 from autograd.tracer import getval
 
-from reproduce.common import SGD, model_rng
+from reproduce.common import SGD, model_rng, now
 
 from . import data as D
 from .models import cross_entropy, n_params
@@ -186,7 +186,8 @@ def train(run, model, train_set, test_set, epochs, batch_size, checkpoint_every)
         ckpt.save(state)
     state["batches"] = log.read(state["log_size"])
     if not run.args.evaluate_only:
-        keep = ("config", "params", "epoch", "history", "n_params")
+        state["trained"] = now()
+        keep = ("config", "params", "epoch", "history", "n_params", "trained")
         run.final_weights(model.name).save({k: state[k] for k in keep} | {
             "log_size": 0, "batches": compact_batches(state["batches"]), "command": run.command})
     return state
