@@ -64,11 +64,12 @@ def table(header, rows):
 
 def duration_text(record, trained=0.0):
     """The run's own duration, and `trained` (the training seconds its checkpoints recorded)
-    when that is more: a run that resumed finished models reports only its own duration."""
+    when that is more: a run that resumed or evaluated finished models reports only its own
+    duration."""
     duration = record.get("duration_s", 0)
     text = minutes(duration)
     if trained > duration:
-        text += f" (+ {minutes(trained)} of training in the earlier runs it resumed)"
+        text += f" (+ {minutes(trained)} of training in earlier runs)"
     return text
 
 

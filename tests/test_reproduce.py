@@ -263,3 +263,10 @@ def test_report_marks_models_a_cut_short_run_did_not_finish():
     assert "| U1 | planar NF (K layers) | 0.500 |" in fig4
     assert "| U1 | planar CNF (M units) | 0.250 (2,300 of 10,000 it.) |" in fig4
     assert "| moons | -2.500 (untrained) | -3.125 |" in fig6
+
+
+def test_a_run_that_used_earlier_training_reports_it_beside_its_own_time():
+    from reproduce.markdown import duration_text
+    assert duration_text({"duration_s": 36}, trained=600) == (
+        "0.6 min (+ 10 min of training in earlier runs)")
+    assert duration_text({"duration_s": 600}, trained=36) == "10 min"  # it trained them itself
