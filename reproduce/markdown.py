@@ -63,13 +63,13 @@ def table(header, rows):
 
 
 def duration_text(record, trained=0.0):
-    """The run's own duration, and `trained` (the training seconds its checkpoints recorded)
-    when that is more: a run that resumed or evaluated finished models reports only its own
-    duration."""
+    """The run's own duration, and `trained` (the training seconds its models' checkpoints
+    recorded, in this run and earlier ones) when that is more: the run resumed or evaluated
+    models trained before it."""
     duration = record.get("duration_s", 0)
     text = minutes(duration)
     if trained > duration:
-        text += f" (+ {minutes(trained)} of training in earlier runs)"
+        text += f"; its models trained {minutes(trained)} in all"
     return text
 
 

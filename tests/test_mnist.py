@@ -314,20 +314,39 @@ def test_resume_after_a_kill_gives_the_uninterrupted_run(tmp_path, name):
     with pytest.raises(CheckpointError, match=r"killed/ckpt/.*seed: 0 there, 1 here"):
         mnist.main(_argv(tmp_path / "killed", *args, "--resume", "--seed", "1",
                          "--epochs", "1"))
-    # the finished model's final weights alone give the table back
+    # each record is dated by when its model's training finished, which a resume of a finished
+    # checkpoint keeps (it is not trained again)
+    from reproduce.common import Checkpoint
+    when = "2000-01-01T00:00:00+00:00"
+
+    def redate(path, trained):
+        state = Checkpoint(str(path)).load(force=True)
+        Checkpoint(str(path)).save({**state, "trained": trained})
+
+    def summary(folder):
+        return json.loads((tmp_path / folder / "out" / f"train_{name}.json").read_text())
+
+    assert summary("whole")["date"] <= summary("whole")["trained"]
+    redate(tmp_path / "whole" / "ckpt" / f"{name}.ckpt", when)
+    assert mnist.main(_argv(tmp_path / "whole", *args, "--resume")) == 0
+    assert summary("whole")["trained"] == when
+    assert Checkpoint(str(tmp_path / "whole" / "ckpt" / "final" / f"{name}.ckpt")).load(
+        force=True)["trained"] == when
+    # the finished model's final weights alone give the table back, dated by them (weights
+    # saved before dates were kept: None, the report says 'before' the evaluation)
     import shutil
     for f in (tmp_path / "killed" / "ckpt").glob(f"{name}.*"):
         f.unlink()
     shutil.rmtree(tmp_path / "killed" / "out")
-    assert mnist.main(_argv(tmp_path / "killed", "--models", name, "--evaluate-only",
-                            "--no-memory", "--no-figure3")) == 0
-    summary = json.loads((tmp_path / "killed" / "out" / f"train_{name}.json").read_text())
-    assert summary["epochs_run"] == summary["epochs_planned"] == 2
-    assert summary["test_error_pct"] == whole["history"][-1]["test_error_pct"]
-    # it names the run that trained the weights and when that run finished, not this evaluation
-    assert summary["command"] != summary["evaluated_by"]
-    trained = json.loads((tmp_path / "whole" / "out" / f"train_{name}.json").read_text())
-    assert trained["date"] <= trained["trained"] <= summary["trained"] <= summary["date"]
+    final = tmp_path / "killed" / "ckpt" / "final" / f"{name}.ckpt"
+    for trained in (when, None):
+        redate(final, trained)
+        assert mnist.main(_argv(tmp_path / "killed", "--models", name, "--evaluate-only",
+                                "--no-memory", "--no-figure3")) == 0
+        evaluated = summary("killed")
+        assert evaluated["epochs_run"] == evaluated["epochs_planned"] == 2
+        assert evaluated["test_error_pct"] == whole["history"][-1]["test_error_pct"]
+        assert evaluated["trained"] == trained and evaluated["command"] != evaluated["evaluated_by"]
     # a resumed run takes the final weights as a finished model: nothing is trained again
     assert mnist.main(_argv(tmp_path / "killed", *args, "--resume")) == 0
     assert not (tmp_path / "killed" / "ckpt" / f"{name}.ckpt").exists()

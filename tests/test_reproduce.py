@@ -268,5 +268,5 @@ def test_report_marks_models_a_cut_short_run_did_not_finish():
 def test_a_run_that_used_earlier_training_reports_it_beside_its_own_time():
     from reproduce.markdown import duration_text
     assert duration_text({"duration_s": 36}, trained=600) == (
-        "0.6 min (+ 10 min of training in earlier runs)")
+        "0.6 min; its models trained 10 min in all")
     assert duration_text({"duration_s": 600}, trained=36) == "10 min"  # it trained them itself

@@ -183,13 +183,15 @@ def train(run, model, train_set, test_set, epochs, batch_size, checkpoint_every)
         state["history"].append(_epoch_summary(model, params, state, rows, epoch, lr, test_set,
                                                batch_size))
         state.update(epoch=epoch + 1, batch=0, perm=None, running=None)
+        if state["epoch"] == epochs:
+            state["trained"] = now()  # kept by the checkpoint: a resume of it keeps the date
         ckpt.save(state)
     state["batches"] = log.read(state["log_size"])
     if not run.args.evaluate_only:
-        state["trained"] = now()
-        keep = ("config", "params", "epoch", "history", "n_params", "trained")
+        keep = ("config", "params", "epoch", "history", "n_params")
         run.final_weights(model.name).save({k: state[k] for k in keep} | {
-            "log_size": 0, "batches": compact_batches(state["batches"]), "command": run.command})
+            "log_size": 0, "batches": compact_batches(state["batches"]), "command": run.command,
+            "trained": state.get("trained")})
     return state
 
 
