@@ -97,7 +97,7 @@ def test_download_keeps_only_files_with_the_right_md5(tmp_path):
     write_idx_gz(bad / "a.gz", np.arange(5, dtype=np.uint8), 0x08)
     target = tmp_path / "data"
     files = {"a.gz": digest}
-    with pytest.raises(D.MNISTDataError, match=r"could not download MNIST file a\.gz(.|\n)*"
+    with pytest.raises(D.MNISTDownloadError, match=r"could not download MNIST file a\.gz(.|\n)*"
                                                r"md5 .*expected(.|\n)*No such file"):
         D.download(str(target), files, mirrors=(bad.as_uri() + "/", (tmp_path / "no").as_uri()
                                                 + "/"))
@@ -417,3 +417,19 @@ def test_report_dates_a_training_run_by_its_weights_or_bounds_it():
                                       "resnet": m}}}
     rows = {r[2].split(",")[0]: r[3] for r in durations({"full": record})}
     assert rows == {"1-layer MLP": "2026-12-01", "ResNet": "before 2026-12-07"}
+
+
+def test_a_download_that_fails_exits_1_to_be_retried_a_folder_it_cannot_make_2(tmp_path,
+                                                                             monkeypatch, capsys):
+    """A failed download may be the network's passing fault: the executor retries exit 1, not a
+    command refused as given (exit 2)."""
+    import functools
+    monkeypatch.setattr(D, "download", functools.partial(
+        D.download, mirrors=((tmp_path / "offline").as_uri() + "/",), timeout=1))
+    argv = ["--smoke", "--download", "--out", str(tmp_path / "out"), "--checkpoint-dir",
+            str(tmp_path / "ckpt")]
+    assert mnist.main([*argv, "--data-dir", str(tmp_path / "data")]) == 1
+    assert "could not download MNIST file" in capsys.readouterr().err
+    (tmp_path / "file").write_text("")
+    assert mnist.main([*argv, "--data-dir", str(tmp_path / "file" / "data")]) == 2
+    assert "cannot make the MNIST folder" in capsys.readouterr().err

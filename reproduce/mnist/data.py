@@ -38,6 +38,11 @@ class MNISTDataError(ValueError):
     """A data file is missing, corrupt or unreadable; the message says which and what to do."""
 
 
+class MNISTDownloadError(MNISTDataError):
+    """No mirror gave a file with the right md5: possibly transient (the network), so a command
+    that meets it fails rather than being refused, and a rerun may succeed."""
+
+
 def data_dir(path=None):
     """The MNIST directory: `path`, else $NEURAL_ODES_DATA, else ~/.cache/neural-odes/mnist."""
     return os.path.abspath(os.path.expanduser(path or os.environ.get(ENV) or DEFAULT_DIR))
@@ -74,7 +79,8 @@ def download(directory, files=FILES, mirrors=MIRRORS, timeout=60):
 
     A file is written under a temporary name and renamed only after its md5 matched, so a failed
     or partial download never leaves a file that looks valid. Files already present are left
-    alone (`check` judges them). Raises MNISTDataError when a file cannot be obtained."""
+    alone (`check` judges them). Raises MNISTDataError for a folder that cannot be made or
+    written, MNISTDownloadError when no mirror gives a file."""
     try:
         os.makedirs(directory, exist_ok=True)
     except OSError as error:
@@ -106,7 +112,7 @@ def download(directory, files=FILES, mirrors=MIRRORS, timeout=60):
                 if os.path.exists(tmp):
                     os.remove(tmp)
         else:
-            raise MNISTDataError(
+            raise MNISTDownloadError(
                 f"could not download MNIST file {name} into {directory}:\n  "
                 + "\n  ".join(failures)
                 + f"\nWithout a network, copy the four files ({', '.join(FILES)}) there by hand "

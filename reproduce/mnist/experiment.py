@@ -153,7 +153,7 @@ def main(argv=None):
         return _main(run)
     except D.MNISTDataError as error:
         print(f"python -m reproduce mnist: error: {error}", file=sys.stderr)
-        return REFUSED
+        return 1 if isinstance(error, D.MNISTDownloadError) else REFUSED  # 1: may be retried
 
 
 def _main(run):
