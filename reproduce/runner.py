@@ -109,8 +109,8 @@ def plan(name, argv):
     argv = resolved(argv)
     run = experiment.make_run(argv)
     units = [] if run.args.evaluate_only else [
-        Unit(name, unit, (*argv, *folders(run), "--resume", "--only", unit), run.ckpt_dir,
-             THREADS.get(name, 1), name in GPU_EXPERIMENTS)
+        Unit(name, unit, (*without_resume(argv), *folders(run), "--resume", "--only", unit),
+             run.ckpt_dir, THREADS.get(name, 1), name in GPU_EXPERIMENTS)
         for unit in experiment.units(run)]
     return units, run
 
@@ -119,6 +119,11 @@ def folders(run):
     """The folder flags of a run, absolute: a unit writes where its driver reads."""
     return ["--out", run.out_dir, "--checkpoint-dir", run.ckpt_dir,
             "--weights-dir", run.weights_dir]
+
+
+def without_resume(argv):
+    """argv without --resume, which the units and the evaluation are given once, at the end."""
+    return [arg for arg in argv if arg != "--resume"]
 
 
 def resolved(argv):
@@ -152,7 +157,7 @@ def evaluate(name, argv):
     """Start the evaluation of one experiment whose units have finished (`python -m reproduce
     NAME argv --resume`, its paths resolved, in a process of its own, which dies with this one);
     its Popen."""
-    argv = [*resolved(argv), "--resume"]
+    argv = [*without_resume(resolved(argv)), "--resume"]
     print(f"==> python -m reproduce {name} {' '.join(argv)}", flush=True)
     return subprocess.Popen([sys.executable, "-m", "reproduce", name, *argv],
                             cwd=ROOT, preexec_fn=_die_with_parent)

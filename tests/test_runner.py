@@ -113,6 +113,17 @@ def test_units_run_with_resume_the_drivers_folders_and_their_declared_threads(tm
     assert [u.name for u in units] == ["rnn_n30_seed0", "rnn_n50_seed0"] and run.partial
     mnist, _ = runner.plan("mnist", ["--smoke"])
     assert {(u.threads, u.gpu) for u in mnist} == {(2, True)}
+    # a driver given --resume passes it on once (the commands the results record read as given)
+    units, _ = runner.plan("spirals", argv + ["--resume", "--only", "rnn_n30_seed0"])
+    assert units[0].argv.count("--resume") == 1 and units[0].argv[-3] == "--resume"
+
+
+def test_the_evaluation_command_resumes_once(monkeypatch):
+    started = []
+    monkeypatch.setattr(runner.subprocess, "Popen", lambda cmd, **kw: started.append(cmd))
+    runner.evaluate("cnf", ["--full", "--resume"])
+    runner.evaluate("cnf", ["--full"])
+    assert [cmd[3:] for cmd in started] == [["cnf", "--full", "--resume"]] * 2
 
 
 def test_relative_folders_reach_units_and_evaluation_as_the_driver_means_them(tmp_path,
