@@ -1,6 +1,7 @@
 # The two commands a fresh machine needs:
 #   make reproduce   install, run the quick version of every experiment, evaluate the committed
-#                    final weights of the full MNIST, spirals and Poisson runs, write the report
+#                    final weights of the full MNIST, CNF, spirals and Poisson runs, write the
+#                    report
 #   make test        install, then run the test suite
 PYTHON ?= python3
 VENV   ?= .venv
@@ -23,6 +24,7 @@ test: install
 reproduce: install
 	NEURAL_ODES_DATA=$(DATA_DIR) $(PY) -m reproduce all --quick
 	NEURAL_ODES_DATA=$(DATA_DIR) $(PY) -m reproduce mnist --full --evaluate-only
+	$(PY) -m reproduce cnf --full --evaluate-only
 	$(PY) -m reproduce spirals --full --evaluate-only
 	$(PY) -m reproduce poisson --full --evaluate-only
 	$(PY) -m reproduce report

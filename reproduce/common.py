@@ -567,7 +567,10 @@ HISTORY_POINTS = 20_000  # final weights keep at most this many points of a trai
 
 
 def _history(records):
-    return {k: [r[k] for r in records] for k in HISTORY}
+    """A training curve from per-step log records: each of HISTORY per step, and the step
+    numbers ("iteration", from 1) to plot it against."""
+    return {**{k: [r[k] for r in records] for k in HISTORY},
+            "iteration": list(range(1, len(records) + 1))}
 
 
 def _final(state):
@@ -600,8 +603,10 @@ def _trained_state(ckpt, log, weights, config, params):
 
 
 def _with_history(final):
-    """Final weights (_final) as a state, their history as lists."""
+    """Final weights (_final) as a state, their history as lists, with the step number of each
+    point kept (a thinned curve's points are not consecutive steps)."""
     final["history"] = {k: v.tolist() for k, v in final["history"].items()}
+    final["history"]["iteration"] = (np.asarray(final["history_index"]) + 1).tolist()
     return final
 
 

@@ -191,3 +191,42 @@ def test_checkpoint_configs_stay_those_of_earlier_runs(tmp_path, monkeypatch, na
     with pytest.raises(Loaded) as loaded:
         main(argv + ["--out", str(tmp_path / "out"), "--checkpoint-dir", str(tmp_path)])
     assert loaded.value.args[0] == expected
+
+
+def test_a_thinned_training_curve_keeps_the_step_of_each_point(tmp_path, monkeypatch):
+    # final weights keep at most HISTORY_POINTS points of a curve: read back (by --resume or
+    # --evaluate-only, without the checkpoint), each point carries its own step, so that figures
+    # plot a 500,000-step curve over 500,000 steps, not over its point count
+    from reproduce import common
+    monkeypatch.setattr(common, "HISTORY_POINTS", 4)
+
+    class Step:
+        def __init__(self, lr):
+            self.lr = lr
+
+        def step(self, params, grads, lr):
+            return {"w": params["w"] - lr * grads["w"]}
+
+        def state_dict(self):
+            return {}
+
+        def load_state_dict(self, state):
+            pass
+
+    def objective(params, rng, step, stats):
+        return float(params["w"] ** 2), {"w": 2 * params["w"]}
+
+    def fit(*flags):
+        run = Run("thin_test", ["--smoke", "--out", str(tmp_path / "out"),
+                                "--checkpoint-dir", str(tmp_path / "ck"), *flags])
+        return common.fit(run, "m", {"w": 1.0}, objective, Step(0.1), 10, every=5)
+
+    trained = fit()
+    assert trained["history"]["iteration"] == list(range(1, 11))
+    (tmp_path / "ck" / "m.ckpt").unlink()  # only the final weights are left
+    for flags in (["--resume"], ["--evaluate-only"]):
+        kept = fit(*flags)["history"]
+        assert kept["iteration"][0] == 1 and kept["iteration"][-1] == 10
+        assert len(kept["iteration"]) == len(kept["loss"]) == 4
+        assert kept["loss"] == pytest.approx(
+            [trained["history"]["loss"][i - 1] for i in kept["iteration"]])

@@ -270,3 +270,36 @@ def test_a_run_that_used_earlier_training_reports_it_beside_its_own_time():
     assert duration_text({"duration_s": 36}, trained=600) == (
         "0.6 min; its models trained 10 min in all")
     assert duration_text({"duration_s": 600}, trained=36) == "10 min"  # it trained them itself
+
+
+def _trained_as_scored(name, results):
+    """{unit: the training steps (epochs for MNIST) the committed full results say it was
+    scored at} for one experiment."""
+    if name == "mnist":
+        return {unit: row["epochs_run"] for unit, row in results["table1"].items()}
+    if name == "cnf":
+        return {unit: it["run"] for unit, it in results["iterations"].items()}
+    if name == "spirals":
+        return {unit: row["iterations"] for unit, row in results["training"].items()}
+    return {"latent_ode": results["training"]["iterations"]}  # poisson
+
+
+@pytest.mark.parametrize("name", ["mnist", "cnf", "spirals", "poisson"])
+def test_committed_full_results_have_their_committed_weights(name):
+    # make reproduce re-scores each committed full run from weights/<name> alone (a fresh clone
+    # has no checkpoints): every model the committed results scored must have its final weights
+    # there, trained as far as the results say, and the run must have trained every model to
+    # its end (no partial run committed as the result)
+    from reproduce.common import Checkpoint
+    with open(os.path.join(ROOT, "figures", name, "results.json")) as f:
+        record = json.load(f)
+    assert record["mode"] == "full" and "--full" in record["command"]
+    scored = _trained_as_scored(name, record["results"])
+    assert scored
+    for unit, steps in scored.items():
+        state = Checkpoint(os.path.join(ROOT, "weights", name, f"{unit}.ckpt")).load(force=True)
+        assert state is not None, f"weights/{name}/{unit}.ckpt is not committed"
+        assert state["epoch" if name == "mnist" else "step"] == steps, unit
+        assert state["config"]["mode"] == "full", unit
+    if name == "cnf":
+        assert all(it["run"] == it["planned"] for it in record["results"]["iterations"].values())

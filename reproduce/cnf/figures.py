@@ -129,8 +129,9 @@ def figure6(path, panels, results):
 
 
 def training_curves(path, histories):
-    """Training loss against iteration of every model (moving average over 1% of the run);
-    keys are <figure>_<target>_<nf|cnf><size>, one panel per <figure>_<target>."""
+    """Training loss against iteration of every model (moving average over 1% of the run's
+    points); keys are <figure>_<target>_<nf|cnf><size>, one panel per <figure>_<target>, each
+    a history with "loss" and "iteration" (common._history)."""
     groups = list(dict.fromkeys(key.rsplit("_", 1)[0] for key in histories))
     plt = pyplot()
     fig, axes = plt.subplots(1, len(groups), figsize=(3.2 * len(groups), 3.0), squeeze=False)
@@ -146,7 +147,8 @@ def training_curves(path, histories):
                     continue
                 window = max(1, len(loss) // 100)
                 smooth = np.convolve(loss, np.ones(window) / window, mode="valid")
-                ax.plot(np.arange(window, len(loss) + 1), smooth, label=key.rsplit("_", 1)[1],
+                steps = np.asarray(histories[key]["iteration"])[window - 1:]
+                ax.plot(steps, smooth, label=key.rsplit("_", 1)[1],
                         color=cmap(0.45 + 0.5 * (i + 1) / len(mine)))
                 tail = smooth[len(smooth) // 10:]  # the axis ignores the start-up transient
                 low, high = min(low, tail.min()), max(high, tail.max())

@@ -35,7 +35,7 @@ def figure_8(path, data, curves, n_show=4):
 def figure_training(path, history):
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(5, 3.5))
-    ax.plot(history["loss"])
+    ax.plot(history["iteration"], history["loss"])
     ax.set_xlabel("iteration")
     ax.set_ylabel("-ELBO per sequence")
     ax.set_title("Poisson latent ODE: training")

@@ -85,7 +85,8 @@ def figure_training(path, histories):
     fig, axes = plt.subplots(1, len(MODELS), figsize=(4.7 * len(MODELS), 3.8))
     for ax, model in zip(axes, MODELS):
         for n in N_OBS:
-            ax.plot(histories[model][n]["loss"], label=f"n = {n}")
+            ax.plot(histories[model][n]["iteration"], histories[model][n]["loss"],
+                    label=f"n = {n}")
         ax.set_title(LABELS[model])
         ax.set_xlabel("iteration")
         ax.set_ylabel("-ELBO per series" if model in LATENT_MODELS else "NLL per series")
