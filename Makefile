@@ -1,7 +1,6 @@
 # The two commands a fresh machine needs:
 #   make reproduce   install, run the quick version of every experiment, evaluate the committed
-#                    final weights of the full MNIST, CNF, spirals and Poisson runs, write the
-#                    report
+#                    final weights of the full runs (MNIST, CNF, spirals, Poisson), write the report
 #   make test        install, then run the test suite
 PYTHON ?= python3
 VENV   ?= .venv

@@ -200,26 +200,14 @@ def test_a_thinned_training_curve_keeps_the_step_of_each_point(tmp_path, monkeyp
     from reproduce import common
     monkeypatch.setattr(common, "HISTORY_POINTS", 4)
 
-    class Step:
-        def __init__(self, lr):
-            self.lr = lr
-
-        def step(self, params, grads, lr):
-            return {"w": params["w"] - lr * grads["w"]}
-
-        def state_dict(self):
-            return {}
-
-        def load_state_dict(self, state):
-            pass
-
     def objective(params, rng, step, stats):
         return float(params["w"] ** 2), {"w": 2 * params["w"]}
 
     def fit(*flags):
         run = Run("thin_test", ["--smoke", "--out", str(tmp_path / "out"),
                                 "--checkpoint-dir", str(tmp_path / "ck"), *flags])
-        return common.fit(run, "m", {"w": 1.0}, objective, Step(0.1), 10, every=5)
+        return common.fit(run, "m", {"w": 1.0}, objective, common.SGD(0.1, momentum=0.0), 10,
+                          every=5)
 
     trained = fit()
     assert trained["history"]["iteration"] == list(range(1, 11))
