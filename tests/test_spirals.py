@@ -5,15 +5,17 @@ import collections
 import json
 import os
 import re
+import time
 
 import autograd.numpy as anp
 import numpy as np
 import pytest
-from autograd import grad
+from autograd import grad, value_and_grad
 from scipy.integrate import solve_ivp
 from scipy.stats import norm, t as t_dist
 
-from odeint_autograd import odeint
+from odeint_autograd import SolverStats, odeint
+from reproduce import latent as L
 from reproduce import spirals as S
 from reproduce.spirals import data as SD
 from reproduce.spirals import experiment as SE
@@ -1410,3 +1412,49 @@ def test_the_latent_ode_trains_on_from_its_first_stage_in_one_unit(tmp_path, mon
     from reproduce.latent import train
     with pytest.raises(ValueError, match="between 5 and 10"):
         train(None, "u", None, None, 11, 0.1, 1, seed=0, lr_final=0.01, extends=("t", 5))
+
+
+def test_measure_solvers_keeps_the_fastest_repeat_and_the_solves_nfe():
+    """Each setting's seconds are the fastest of SPEED_REPEATS gradients (a slow first call does
+    not count), its NFE those the solves report; a gradient whose NFE changes between repeats
+    (not a deterministic measurement) is refused."""
+    def make_objective(solver):
+        calls = []
+
+        def loss_and_grad(params, rng, stats):
+            calls.append(1)
+            if len(calls) == 1:
+                time.sleep(0.3)
+            f = lambda p: anp.sum(odeint(lambda y, t, a: -a * y, np.ones(2), np.linspace(0, 1, 3),
+                                         (p,), rtol=solver["rtol"], atol=solver["atol"],
+                                         method=solver["method"], stats=stats,
+                                         adjoint_method=solver["adjoint_method"],
+                                         adjoint_seminorm=solver["adjoint_seminorm"])[-1])
+            value, g = value_and_grad(f)(params)
+            assert np.isclose(g, -2 * np.exp(-params), rtol=1e-3)  # d/da of 2 exp(-a)
+            return value, g
+        return loss_and_grad
+
+    rows = L.measure_solvers(make_objective, 0.7, [1e-6], methods=("adams",))
+    assert len(rows) == 8 and {r["repeats"] for r in rows} == {L.SPEED_REPEATS}
+    assert all(r["seconds"] < 0.3 for r in rows)  # the 0.3 s first call is never the one kept
+    stats = SolverStats()
+    make_objective(dict(method="adams", rtol=1e-6, atol=1e-6, adjoint_method=None,
+                        adjoint_seminorm=False))(0.7, None, stats)
+    assert stats.forward.nfe > 0 and stats.backward.nfe > 0
+    assert (rows[0]["nfe_forward"], rows[0]["nfe_backward"]) == (stats.forward.nfe,
+                                                                 stats.backward.nfe)
+    assert "the fastest of 3 repeats" in L.solver_speed_block(rows, "m")
+    assert "one timing each" in L.solver_speed_block(
+        [{k: v for k, v in r.items() if k != "repeats"} for r in rows], "m")
+
+    def nondeterministic(solver):
+        count = []
+
+        def loss_and_grad(params, rng, stats):
+            count.append(1)
+            stats.forward.nfe += len(count)
+            return 0.0, 0.0
+        return loss_and_grad
+    with pytest.raises(RuntimeError, match="not deterministic"):
+        L.measure_solvers(nondeterministic, 0.7, [1e-6], methods=("adams",))

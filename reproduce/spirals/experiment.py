@@ -29,7 +29,7 @@ from autograd.misc import flatten
 
 from reproduce.common import (Run, config_diff, jsonable, now, partial_note, read_json,
                               seed_arg)
-from reproduce.latent import (PAPER_TOL, add_solver_args, measure_solvers,
+from reproduce.latent import (PAPER_TOL, SPEED_REPEATS, add_solver_args, measure_solvers,
                               solver_from_args, train, training_summary)
 
 from .data import N_OBS, SPIRAL, extrapolation_coverage, make_dataset, observed
@@ -858,7 +858,8 @@ def main(argv=None):
                   + "; ".join(f"by {TRAINING[m]['adjoint_method']} for {LABELS[m]}"
                               for m in MODELS if "adjoint_method" in TRAINING[m])
                   + f"); every test number evaluated at the paper's {PAPER_TOL:g}",
-        "solver measurements": "solver_speed_latent_ode_n30: seconds and NFE of one training "
+        "solver measurements": "solver_speed_latent_ode_n30: seconds (the fastest of "
+                               f"{SPEED_REPEATS} repeats) and NFE of one training "
                                f"gradient of {unit_name(LATENT_ODE, 30, s0)} (Table 2's "
                                "'Latent ODE' at n = 30; one minibatch) per "
                                "method, tolerance and adjoint norm; "

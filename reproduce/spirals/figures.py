@@ -1,4 +1,6 @@
 """Figures 9 and 10 and the training curves of the Table 2 models."""
+import textwrap
+
 import numpy as np
 
 from reproduce.common import pyplot, save_figure
@@ -80,17 +82,24 @@ def figure_10(path, data, params, solver, n=30, n_panels=6):
             "separation_by_dimension": sep}
 
 
-def figure_training(path, histories):
+def figure_training(path, histories, ncols=4):
+    """Each Table 2 model's training loss per n, against the training step: a grid of panels
+    whose long titles wrap, with steps in thousands (30,000 would crowd the ticks)."""
     plt = pyplot()
-    fig, axes = plt.subplots(1, len(MODELS), figsize=(4.7 * len(MODELS), 3.8))
-    for ax, model in zip(axes, MODELS):
+    nrows = -(-len(MODELS) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.6 * ncols, 3.9 * nrows), squeeze=False,
+                             layout="constrained")
+    for ax, model in zip(axes.flat, MODELS):
         for n in N_OBS:
             ax.plot(histories[model][n]["iteration"], histories[model][n]["loss"],
                     label=f"n = {n}")
-        ax.set_title(LABELS[model])
-        ax.set_xlabel("iteration")
+        ax.set_title(textwrap.fill(LABELS[model], 38), fontsize=10)
+        ax.set_xlabel("iteration (thousands)")
+        ax.xaxis.set_major_formatter(lambda x, _: f"{x / 1000:g}")
         ax.set_ylabel("-ELBO per series" if model in LATENT_MODELS else "NLL per series")
         ax.set_yscale("symlog")
         ax.legend(fontsize=8)
+    for ax in axes.flat[len(MODELS):]:
+        ax.set_visible(False)
     fig.suptitle("Training losses (Table 2 models)")
-    save_figure(fig, path, dpi=110)
+    save_figure(fig, path, dpi=110, tight=False)
