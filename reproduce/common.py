@@ -111,7 +111,10 @@ class Run:
         train some units and stop without evaluating (as --only does)."""
         self.bookkeeping = BOOKKEEPING_FLAGS | set(bookkeeping)
         self._selecting = selecting
+        # no abbreviated flags: the runner passes flags on by their full names (--resume once,
+        # folder flags made absolute), so "--resum" or "--out-" would slip past it
         parser = Parser(prog=f"python -m reproduce {name}", description=description,
+                        allow_abbrev=False,
                         epilog="--executor local | processes [--workers N] | ray [--workers N | "
                                "--address ADDR]: where the units of work run (local: one after "
                                "another in this process, the default; see reproduce/runner.py)")

@@ -118,6 +118,17 @@ def test_units_run_with_resume_the_drivers_folders_and_their_declared_threads(tm
     assert units[0].argv.count("--resume") == 1 and units[0].argv[-3] == "--resume"
 
 
+def test_an_abbreviated_flag_is_a_usage_error(tmp_path):
+    # the runner rewrites flags by their full names (--resume passed once, folders made
+    # absolute): an abbreviation such as --resum or --checkpoint would slip past it
+    for flags in (["--resum"], ["--checkpoint", str(tmp_path)], [f"--ou={tmp_path}"]):
+        with pytest.raises(SystemExit) as stop:
+            runner.plan("spirals", ["--smoke", *flags])
+        assert stop.value.code == 2
+    units, _ = runner.plan("spirals", ["--smoke", "--resume", "--checkpoint-dir", str(tmp_path)])
+    assert units[0].ckpt_dir == str(tmp_path)
+
+
 def test_the_evaluation_command_resumes_once(monkeypatch):
     started = []
     monkeypatch.setattr(runner.subprocess, "Popen", lambda cmd, **kw: started.append(cmd))
