@@ -1108,22 +1108,16 @@ def test_rnn_training_choice_holds_for_the_committed_results():
         assert 0 < ode[n]["rmse_clean"] - dt[n]["rmse_clean"] < ode[n]["rmse_clean_sd"]
     above = dt["30"]["rmse_clean"] - ode["30"]["rmse_clean"]  # and above it at n = 30: a tie
     assert 0 < above < 0.2 * min(dt["30"]["rmse_clean_sd"], ode["30"]["rmse_clean_sd"])
-    # the levelling off is n = 30's: at n = 50 and 100 most RNN units selected a check in
-    # their last 1000 steps, and at n = 100 every one's last quarter gained more than any n = 30
-    # unit's
-    planned = SE.SETTINGS["full"]["iters"]["rnn_dt"]
-    assert SE.SETTINGS["full"]["iters"]["rnn"] == planned
-    late = [s >= planned - 1000 for row in (rnn, dt) for n in ("50", "100")
-            for s in row[n]["best_step_seeds"]]
-    assert sum(late) > len(late) / 2
+    # the levelling off is n = 30's: at n = 100 every RNN unit's last quarter gained more than
+    # any n = 30 unit's
     gains = {n: [g for row in (rnn, dt) for g in row[n]["validation_gain_last_quarter_seeds"]]
              for n in ("30", "100")}
     assert min(gains["100"]) > max(gains["30"])
     third = cells("pilot_rnn_dt_third_iterations.json")["30"]["rmse_clean"]
     assert report.published.TABLE2["rnn"][30] > third
     text = SE.CHOICES["RNN training"]
-    assert "at n = 30 it levels off" in text and "most RNN units of Table 2 selected a check " \
-        "in their last 1000 steps, and at n = 100 every one's last quarter lowered" in text
+    assert "at n = 30 it levels off" in text and "at n = 100 every RNN unit's last quarter " \
+        "lowered its best validation RMSE by more than any n = 30 unit's" in text
     assert "not at n = 30" in text and ("below our Latent ODE at n = 50 and 100, by less than "
                                         "one sd of the Latent ODE's seeds, and above it at n = "
                                         "30 by less than a fifth of either row's sd") in text
@@ -1266,12 +1260,14 @@ def test_the_report_words_table2s_comparisons_from_the_record():
     # why the p-values are no out-of-sample test
     assert "as written" not in targets(record)
     paper = SM.LABELS["latent_ode_elbo"]
-    record["results"]["table2_rmse"][paper] = {"30": {"rmse_clean": 0.33}}
+    record["results"]["table2_rmse"][paper] = {"30": {"rmse_clean": 0.33, "seeds": [0]}}
     published30 = report.published.TABLE2["latent_ode"][30]
     text = targets(record)
-    assert (f'The paper\'s model as written ("{paper}") scores 0.330 at n = 30 '
+    assert (f'The paper\'s model as written ("{paper}", seed 0 only) scores 0.330 at n = 30 '
             f"({0.33 / published30:.1f} times the published {fmt(published30)});") in text
     assert text.endswith("not an out-of-sample test of those choices.")
+    record["results"]["table2_rmse"][paper]["30"]["seeds"] = [0, 1, 2]
+    assert f'("{paper}", mean of 3 seeds) scores 0.330' in targets(record)
     del record["results"]["table2_rmse"]["Last observation"]
     assert targets(record) == ""
 
@@ -1438,16 +1434,16 @@ def test_the_latent_ode_trains_on_from_its_first_stage_in_one_unit(tmp_path, mon
 
 
 def test_measure_solvers_keeps_the_fastest_repeat_and_the_solves_nfe():
-    """Each setting's seconds are the fastest of SPEED_REPEATS gradients (a slow first call does
-    not count), its NFE those the solves report; a gradient whose NFE changes between repeats
-    (not a deterministic measurement) is refused."""
+    """Each setting's seconds are the fastest of SPEED_REPEATS gradients (not the first, the
+    last, the median or the mean), its NFE those the solves report; a gradient whose NFE changes
+    between repeats (not a deterministic measurement) is recorded and reported so."""
     def make_objective(solver):
         calls = []
 
         def loss_and_grad(params, rng, stats):
             calls.append(1)
-            if len(calls) == 1:
-                time.sleep(0.3)
+            if len(calls) != 2:  # only the second of three is fast
+                time.sleep(0.5)
             f = lambda p: anp.sum(odeint(lambda y, t, a: -a * y, np.ones(2), np.linspace(0, 1, 3),
                                          (p,), rtol=solver["rtol"], atol=solver["atol"],
                                          method=solver["method"], stats=stats,
@@ -1460,7 +1456,8 @@ def test_measure_solvers_keeps_the_fastest_repeat_and_the_solves_nfe():
 
     rows = L.measure_solvers(make_objective, 0.7, [1e-6], methods=("adams",))
     assert len(rows) == 8 and {r["repeats"] for r in rows} == {L.SPEED_REPEATS}
-    assert all(r["seconds"] < 0.3 for r in rows)  # the 0.3 s first call is never the one kept
+    assert L.SPEED_REPEATS == 3 and all(r["seconds"] < 0.25 for r in rows)
+    assert not any("nfe_varied" in r for r in rows)
     stats = SolverStats()
     make_objective(dict(method="adams", rtol=1e-6, atol=1e-6, adjoint_method=None,
                         adjoint_seminorm=False))(0.7, None, stats)
@@ -1479,5 +1476,9 @@ def test_measure_solvers_keeps_the_fastest_repeat_and_the_solves_nfe():
             stats.forward.nfe += len(count)
             return 0.0, 0.0
         return loss_and_grad
-    with pytest.raises(RuntimeError, match="not deterministic"):
-        L.measure_solvers(nondeterministic, 0.7, [1e-6], methods=("adams",))
+    rows = L.measure_solvers(nondeterministic, 0.7, [1e-6], methods=("adams",))
+    assert [r["nfe_varied"] for r in rows] == [[[1, 0], [2, 0], [3, 0]]] * 8
+    assert rows[0]["nfe_forward"] in (1, 2, 3) and rows[0]["nfe_backward"] == 0
+    text = L.solver_speed_block(rows, "m")
+    assert "Not deterministic" in text and "adams / adams / 1.0e-06 / full norm: 1 and 0, " \
+        "2 and 0, 3 and 0;" in text
