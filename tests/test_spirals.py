@@ -514,6 +514,13 @@ def test_smoke_run_writes_results_and_resume_gives_the_same_numbers(tmp_path):
             assert cell["rmse_noisy"] > 0 and cell["rmse_clean"] > 0
             assert cell["rmse_clean"] == np.mean(cell["rmse_clean_seeds"])
     assert "spirals" in record["choices"] and "noise" in record["choices"]
+    # the iterations by row label, a warm restart's count with its first stage inside it
+    smoke = SE.SETTINGS["smoke"]
+    assert record["choices"]["iterations"].startswith(
+        f"RNN (rnn): {smoke['iters']['rnn']}; RNN + dt (rnn_dt): {smoke['iters']['rnn_dt']}; "
+        f"Latent ODE ({SM.LATENT_ODE}): {smoke['iters'][SM.LATENT_ODE]}, the first "
+        f"{smoke['iters']['latent_ode_gru']} of them its first stage ('Latent ODE, no warm "
+        f"restart'), and 5 discarded starts of {smoke['start_iters']}; ")
     for label in latent:  # each MAP cell says how its fits stopped, and the report tells
         for cell in table[f"{label}, z0 by MAP"].values():
             assert [set(f) >= {"converged", "iterations", "maxiter", "max_abs_gradient"}

@@ -841,7 +841,13 @@ def main(argv=None):
         "data size": f"{cfg['n_spirals']} spirals: {len(data['train'])} train, "
                      f"{len(data['val'])} validation, {len(data['test'])} test",
         "training coverage": coverage_text(data),
-        "iterations": cfg["iters"],
+        "iterations": "; ".join(
+            f"{LABELS[m]} ({m}): {cfg['iters'][m]}"
+            + (f", the first {cfg['iters'][TRAINING[m]['extends']]} of them its first stage "
+               f"('{LABELS[TRAINING[m]['extends']]}')" if "extends" in TRAINING[m] else "")
+            + (f", and {TRAINING[m]['starts'] - 1} discarded starts of {cfg['start_iters']}"
+               if TRAINING[m].get("starts", 1) > 1 else "")
+            for m in MODELS),
         "training": {m: dict(TRAINING[m], iterations=cfg["iters"][m],
                              **({"start_iters": cfg["start_iters"]} if "starts" in TRAINING[m]
                                 else {})) for m in MODELS},
