@@ -96,7 +96,12 @@ def unwritable(folder):
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse's parser whose errors are one line, without the usage text."""
+    """argparse's parser whose errors are one line, without the usage text, and that takes no
+    abbreviated flags: the runner passes flags on by their full names (--resume once, folder
+    flags made absolute), so "--resum" or "--out-" would slip past it."""
+
+    def __init__(self, **kwargs):
+        super().__init__(allow_abbrev=False, **kwargs)
 
     def error(self, message):
         self.exit(REFUSED, f"{self.prog}: error: {message} (see --help)\n")
@@ -111,10 +116,7 @@ class Run:
         train some units and stop without evaluating (as --only does)."""
         self.bookkeeping = BOOKKEEPING_FLAGS | set(bookkeeping)
         self._selecting = selecting
-        # no abbreviated flags: the runner passes flags on by their full names (--resume once,
-        # folder flags made absolute), so "--resum" or "--out-" would slip past it
         parser = Parser(prog=f"python -m reproduce {name}", description=description,
-                        allow_abbrev=False,
                         epilog="--executor local | processes [--workers N] | ray [--workers N | "
                                "--address ADDR]: where the units of work run (local: one after "
                                "another in this process, the default; see reproduce/runner.py)")

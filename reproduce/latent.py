@@ -392,12 +392,13 @@ SPEED_REPEATS = 3  # measure_solvers keeps the fastest of this many gradients pe
 
 
 def measure_solvers(make_objective, params, tols, methods=("adams", "lsoda")):
-    """Seconds (the fastest of SPEED_REPEATS, so that a collection or a neighbour's burst in one
-    of them does not count) and NFE (the fastest's; "nfe_varied" lists every repeat's where
-    they differ, which a deterministic gradient never does) of one training gradient for each method, tolerance and
-    adjoint norm, and with the adjoint solved by the package's dopri5, bosh3 and rkf23 (their
-    step size carried across the many output intervals, where scipy's solvers restart at each):
-    make_objective(solver) -> loss_and_grad(params, rng, stats) as given to `train`."""
+    """Seconds and NFE of one training gradient for each method, tolerance and adjoint norm, and
+    with the adjoint solved by the package's dopri5, bosh3 and rkf23 (their step size carried
+    across the many output intervals, where scipy's solvers restart at each):
+    make_objective(solver) -> loss_and_grad(params, rng, stats) as given to `train`. The
+    seconds and NFE are the fastest of SPEED_REPEATS gradients' (a collection or a neighbour's
+    burst in one does not count); "nfe_varied" lists every repeat's NFE where they differ,
+    which a deterministic gradient never does."""
     rows = []
     for tol in tols:
         for method in methods:

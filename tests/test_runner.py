@@ -127,6 +127,10 @@ def test_an_abbreviated_flag_is_a_usage_error(tmp_path):
         assert stop.value.code == 2
     units, _ = runner.plan("spirals", ["--smoke", "--resume", "--checkpoint-dir", str(tmp_path)])
     assert units[0].ckpt_dir == str(tmp_path)
+    from reproduce import report  # the project's one parser class: the report's alike
+    with pytest.raises(SystemExit) as stop:
+        report.main(["--no-read"])
+    assert stop.value.code == 2
 
 
 def test_the_evaluation_command_resumes_once(monkeypatch):

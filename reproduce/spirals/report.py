@@ -173,16 +173,14 @@ def as_written(rows, ode):
              for n in _both_trained(rows, paper)]
     if not cells:
         return ""
-    seeds = {tuple(rows[paper][n].get("seeds") or ()) for n, _, _ in cells}
-    only = next(iter(seeds)) if len(seeds) == 1 else ()
-    over = (f"seed {only[0]} only" if len(only) == 1 else
-            f"mean of {len(only)} seeds" if only else "mean over its seeds")
+    seeds = rows[paper][cells[0][0]].get("seeds") or []
+    over = f"seed {seeds[0]} only" if len(seeds) == 1 else f"mean of {len(seeds)} seeds"
     return (f' The paper\'s model as written ("{paper}", {over}) scores '
             + ", ".join(f"{fmt(m)} at n = {n} ({m / p:.1f} times the published {fmt(p)})"
                         for n, m, p in cells)
             + f'; what sets "{ode}" apart from it (its encoder, dynamics, starts, objective, '
-            "adjoint solver and warm restart) was chosen by pilots scored on these test spirals (the choices "
-            "below), so the p-values measure the spread of training seeds, not an "
+            "adjoint solver and warm restart) was chosen by pilots scored on these test spirals "
+            "(the choices below), so the p-values measure the spread of training seeds, not an "
             "out-of-sample test of those choices.")
 
 
