@@ -156,8 +156,8 @@ PILOTS = {
         "overrides": {"iters_factor": factor},
         "about": f"{word.replace('_', ' ')} the RNN pilots' base length, the same learning "
                  "rates (decaying over them): whether the base length stopped short of the "
-                 "best" + ("; Table 2's length since (its RNN + dt units at n = 30, and n = 50 "
-                           "seed 0, are this pilot's)"
+                 "best" + ("; Table 2's length since (its RNN + dt units at n = 30 seeds 0-2, "
+                           "and n = 50 seed 0, are this pilot's)"
                            if factor * _BASE == SETTINGS["full"]["iters"]["rnn_dt"] else ""),
         "shares": RNN_SHARES}
        for word, factor in (("twice", 2), ("four_times", 4))},
