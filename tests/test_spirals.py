@@ -1111,33 +1111,28 @@ def test_rnn_training_choice_holds_for_the_committed_results():
     for n in ("50", "100"):  # longer training did better at n = 50 and 100
         assert rnn[n]["rmse_clean"] < base[n]["rmse_clean"]
     assert rnn["30"]["rmse_clean"] >= base["30"]["rmse_clean"]  # not at n = 30
-    for n in ("50", "100"):  # the RNN + dt below our Latent ODE, by less than its seeds' sd
-        assert 0 < ode[n]["rmse_clean"] - dt[n]["rmse_clean"] < ode[n]["rmse_clean_sd"]
-    above = dt["30"]["rmse_clean"] - ode["30"]["rmse_clean"]  # and above it at n = 30: a tie
-    assert 0 < above < 0.2 * min(dt["30"]["rmse_clean_sd"], ode["30"]["rmse_clean_sd"])
-    # the levelling off is n = 30's: at n = 100 every RNN unit's last quarter gained more than
-    # any n = 30 unit's
+    # the levelling off is n = 30's: at n = 100 the RNN units' last quarter gained several
+    # (here: at least 3) times as much on average
     gains = {n: [g for row in (rnn, dt) for g in row[n]["validation_gain_last_quarter_seeds"]]
              for n in ("30", "100")}
-    assert min(gains["100"]) > max(gains["30"])
+    assert np.mean(gains["100"]) > 3 * np.mean(gains["30"])
     third = cells("pilot_rnn_dt_third_iterations.json")["30"]["rmse_clean"]
     assert report.published.TABLE2["rnn"][30] > third
     text = SE.CHOICES["RNN training"]
-    assert "at n = 30 it levels off" in text and "at n = 100 every RNN unit's last quarter " \
-        "lowered its best validation RMSE by more than any n = 30 unit's" in text
-    assert "not at n = 30" in text and ("below our Latent ODE at n = 50 and 100, by less than "
-                                        "one sd of the Latent ODE's seeds, and above it at n = "
-                                        "30 by less than a fifth of either row's sd") in text
+    assert "at n = 30 it levels off" in text and "at n = 100 the RNN units' last quarter " \
+        "lowered their best validation RMSE several times as much as at n = 30" in text
+    assert "not at n = 30" in text and "our Latent ODE: the comparisons under Table 2" in text
+    # how the two compare is worded from the numbers (report.targets), not in the choices
+    assert not re.search(r"(below|above) (it|our Latent ODE) at n =", text)
     # CHOICES["latent ODE training"]: the first stage had not converged (most of its units
     # selected a check in their last quarter), the warm restart lowered the mean at each n,
-    # most at n = 30, n = 50 seed 0 kept its step-7250 check, and most units again selected a
-    # check in their last quarter
+    # n = 50 seed 0 kept its step-7250 check, and most units again selected a check in their
+    # last quarter
     full = SE.SETTINGS["full"]["iters"]
     for cell, planned in ((first, full["latent_ode_gru"]), (ode, full[SM.LATENT_ODE])):
         late = [s > 0.75 * planned for n in ("30", "50", "100") for s in cell[n]["best_step_seeds"]]
         assert len(late) == 15 and sum(late) > 7.5
-    gained = {n: first[n]["rmse_clean"] - ode[n]["rmse_clean"] for n in ("30", "50", "100")}
-    assert min(gained.values()) > 0 and max(gained, key=gained.get) == "30"
+    assert all(first[n]["rmse_clean"] > ode[n]["rmse_clean"] for n in ("30", "50", "100"))
     assert ode["50"]["best_step_seeds"][0] == first["50"]["best_step_seeds"][0] == 7250
     for cell in (ode, first):
         assert all(c["seeds"] == [0, 1, 2, 3, 4] and "unfinished_seeds" not in c
@@ -1147,7 +1142,7 @@ def test_rnn_training_choice_holds_for_the_committed_results():
                for c in dt.values())
     text = SE.CHOICES["latent ODE training"]
     for claim in ("selected a check in the last quarter of their run", "lowered the mean RMSE "
-                  "at each n, most at n = 30", "check of step 7250", "Most of its units again "
+                  "at each n", "check of step 7250", "Most of its units again "
                   "selected a check in their last quarter"):
         assert claim in text, claim
 
@@ -1203,6 +1198,46 @@ def test_the_report_says_where_map_raises_or_lowers_the_latent_odes_rmse():
     cells[SM.MAP_LABEL.format(label)] = {"100": {"rmse_clean": 0.1}}  # no n in common
     assert map_effect({"results": {"table2_rmse": cells}}) == ""
     assert map_effect({"results": {"table2_rmse": {label: cells[label]}}}) == ""
+
+
+def test_the_report_counts_late_checks_restart_gains_and_rnn_gains_from_the_record():
+    from reproduce.spirals.report import training_length
+    ode, first, dt, rnn = (SM.LABELS[m] for m in (SM.LATENT_ODE, "latent_ode_gru", "rnn_dt",
+                                                     "rnn"))
+    units = {(ode, SM.LATENT_ODE, 30000), (first, "latent_ode_gru", 20000), (dt, "rnn_dt", 100),
+             (rnn, "rnn", 100)}
+    cells = {ode: {"30": ([29000, 22500], 0.10), "50": ([30000, 1], 0.20)},  # 22500: not late
+             first: {"30": ([15001, 15000], 0.13), "50": ([20000, 20000], 0.15)},
+             dt: {"30": ([100, 10], None), "100": ([76, 75], None)},
+             rnn: {"30": ([100, 100], None)}}
+    gains = {dt: {"30": [0.002, 0.0], "100": [0.01, 0.02]}, rnn: {"30": [0.004, None]}}
+    table, training = {}, {}
+    for label, model, iters in units:
+        for n, (steps, rmse) in cells[label].items():
+            table.setdefault(label, {})[n] = {
+                "seeds": [0, 1], "best_step_seeds": steps, "rmse_clean": rmse,
+                "validation_gain_last_quarter_seeds": gains.get(label, {}).get(n)}
+            training.update({SE.unit_name(model, int(n), s): {"iterations": iters}
+                             for s in (0, 1)})
+    record = {"results": {"table2_rmse": table, "training": training}}
+    text = training_length(record)
+    assert (f'stopped): "{rnn}" 2 of 2; "{dt}" 2 of 4; "{ode}" 2 of 4; "{first}" 3 of 4.'
+            in text)  # in Table 2's order, a step of exactly 3/4 not late
+    assert (f'("{ode}" against its first stage "{first}", the same seeds) changed the mean '
+            "noise-free RMSE by -0.0300 at n = 30, +0.0500 at n = 50.") in text
+    assert text.endswith(f'("{rnn}" and "{dt}", every seed) lowered their best validation RMSE '
+                         "(noisy) by 0.0020 on average at n = 30 (0.0000 to 0.0040), 0.0150 "
+                         "on average at n = 100 (0.0100 to 0.0200).")
+    for label in (dt, rnn):  # a record from before the gains were kept: no RNN sentence
+        for cell in table[label].values():
+            cell["validation_gain_last_quarter_seeds"] = None
+    assert training_length(record).endswith("+0.0500 at n = 50.")
+    table[first]["50"]["seeds"] = [0, 2]  # other seeds: not compared
+    assert "-0.0300 at n = 30." in training_length(record)
+    table[ode]["30"]["unfinished_seeds"] = {"0": {"iterations": 0}, "1": {"iterations": 0}}
+    text = training_length(record)  # an untrained cell counts nowhere
+    assert f'"{ode}" 1 of 2;' in text and "The warm restart" not in text
+    assert training_length({"results": {"table2_rmse": {}, "training": {}}}) == ""
 
 
 def test_the_report_words_table2s_comparisons_from_the_record():

@@ -9,7 +9,7 @@ from reproduce import published
 from reproduce.common import read_json
 from reproduce.latent import solver_speed_block
 from .data import SPIRAL
-from .experiment import parse_unit_name, stages, unit_name
+from .experiment import LAST_QUARTER, TRAINING, parse_unit_name, stages, unit_name
 from .models import LABELS, LATENT_MODELS, LATENT_ODE, MAP_LABEL, MODELS, TRUE_GAPS_LABEL
 from reproduce.markdown import (FIGURES, best, choices_block, duration_row, figure_links, fmt,
                                 image, not_run, run_line, table)
@@ -451,6 +451,51 @@ def _selected_steps(record, label, n):
         f" of {iters.pop()}" if len(iters) == 1 and None not in iters else "")
 
 
+def training_length(record):
+    """What the selection table says of training length, counted: the units of each model that
+    selected a check in the last quarter of their run (still improving when it stopped), what
+    each warm restart changed against its first stage (the same seeds), and how much the RNNs'
+    last quarter lowered their best validation RMSE at each n."""
+    rows, training = record["results"]["table2_rmse"], record["results"]["training"]
+    parts, late, gains = [], {}, {}
+    for model in MODELS:
+        for n, entry in rows.get(LABELS[model], {}).items():
+            if not trained(entry):
+                continue
+            iters = [training.get(unit_name(model, n, s), {}).get("iterations")
+                     for s in entry.get("seeds", [])]
+            late.setdefault(LABELS[model], []).extend(
+                step > LAST_QUARTER * of
+                for step, of in zip(entry.get("best_step_seeds") or [], iters) if of)
+            if model in ("rnn", "rnn_dt"):
+                gains.setdefault(n, []).extend(
+                    g for g in entry.get("validation_gain_last_quarter_seeds") or []
+                    if g is not None)
+    if any(late.values()):
+        parts.append("Units whose selected check came in the last quarter of their run (a "
+                     "sign that they were still improving when it stopped): " + "; ".join(
+                         f'"{label}" {sum(flags)} of {len(flags)}'
+                         for label, flags in late.items() if flags) + ".")
+    for model, settings in TRAINING.items():
+        after, before = LABELS[model], LABELS.get(settings.get("extends"))
+        ns = [n for n in _both_trained(rows, after, before)
+              if rows[after][n].get("seeds") == rows[before][n].get("seeds")
+              ] if before in rows and after in rows else []
+        if ns:
+            parts.append(f'The warm restart ("{after}" against its first stage "{before}", the '
+                         "same seeds) changed the mean noise-free RMSE by " + ", ".join(
+                             f"{rows[after][n]['rmse_clean'] - rows[before][n]['rmse_clean']:+.4f}"
+                             f" at n = {n}" for n in ns) + ".")
+    gains = {n: g for n, g in sorted(gains.items(), key=lambda item: int(item[0])) if g}
+    if gains:
+        rnns = " and ".join(f'"{LABELS[m]}"' for m in ("rnn", "rnn_dt") if LABELS[m] in rows)
+        parts.append(f"The RNNs' last quarter ({rnns}, every seed) lowered their best "
+                     "validation RMSE (noisy) by " + ", ".join(
+                         f"{np.mean(g):.4f} on average at n = {n} ({min(g):.4f} to "
+                         f"{max(g):.4f})" for n, g in gains.items()) + ".")
+    return " ".join(parts)
+
+
 def _label(model):
     """Table 2's row label of a model (today's, whatever label a record was written with)."""
     return LABELS.get(model, model)
@@ -511,6 +556,7 @@ def section(runs):
         by_direction(record),
         by_horizon(record),
         selection(record),
+        training_length(record),
         restarts(record),
         inference_gap(record),
         pilots(record),
