@@ -156,8 +156,8 @@ PILOTS = {
         "overrides": {"iters_factor": factor},
         "about": f"{word.replace('_', ' ')} the RNN pilots' base length, the same learning "
                  "rates (decaying over them): whether the base length stopped short of the "
-                 "best" + ("; Table 2's length since (its RNN + dt units at n = 30 seeds 0-2, "
-                           "and n = 50 seed 0, are this pilot's)"
+                 "best" + ("; Table 2's length since (Table 2's RNN + dt units of n = 30 seeds "
+                           "0-2 and n = 50 seed 0 are this pilot's, relabelled)"
                            if factor * _BASE == SETTINGS["full"]["iters"]["rnn_dt"] else ""),
         "shares": RNN_SHARES}
        for word, factor in (("twice", 2), ("four_times", 4))},
@@ -328,7 +328,7 @@ CHOICES = {
                     "was measured at n = 30 only: at n = 100 the RNN units' last quarter "
                     "lowered their best validation RMSE several times as much as at n = 30 "
                     "(the selection table, averaged under it), so there longer training would "
-                    "more likely lower both RNN rows further against our Latent ODE. Table 2's "
+                    "more likely lower both RNN rows further. Table 2's "
                     "RNN + dt units at "
                     "n = 30 seeds 0-2 and at n = 50 seed 0 are the units of "
                     "rnn_dt_twice_iterations, relabelled (a pilot with no other change "
@@ -341,8 +341,8 @@ CHOICES = {
                     "steps in grows through training. The plain RNN takes the same training: at "
                     f"{SETTINGS['full']['iters']['rnn']} iterations it did better than at "
                     f"{_BASE} at n = 50 and 100, not at n = 30 (its {_BASE}-iteration units are "
-                    "pilot rnn_base_iterations). How the RNN + dt trained this long compares with "
-                    "our Latent ODE: the comparisons under Table 2. The "
+                    "pilot rnn_base_iterations). For how the RNN + dt trained this long compares "
+                    "with our Latent ODE, see the comparisons under Table 2. The "
                     f"paper's RNN row lies above even our RNN + dt after {_BASE // 3} iterations "
                     "(rnn_dt_third_iterations, n = 30). The paper gives no training details "
                     "for its RNN; a baseline trained far less than ours would explain the gap",

@@ -438,6 +438,12 @@ def _gains(record, label, n):
     return ", ".join("-" if g is None else f"{g:.4f}" for g in gains) if gains else "-"
 
 
+def _unit_iterations(record, model, n, entry):
+    """The iterations each seed of a Table 2 cell trained (None where not recorded)."""
+    return [record["results"]["training"].get(unit_name(model, n, s), {}).get("iterations")
+            for s in entry.get("seeds", [])]
+
+
 def _selected_steps(record, label, n):
     """Each seed's selected (best validation) step, 'of' its unit's iterations where every seed
     recorded the same number."""
@@ -445,55 +451,65 @@ def _selected_steps(record, label, n):
     steps, model = entry.get("best_step_seeds"), {v: k for k, v in LABELS.items()}.get(label)
     if not steps:
         return "-"
-    iters = {record["results"]["training"].get(unit_name(model, n, s), {}).get("iterations")
-             for s in entry["seeds"]}
-    return ", ".join(f"{step:g}" for step in steps) + (
+    iters = set(_unit_iterations(record, model, n, entry))
+    return ", ".join("-" if step is None else f"{step:g}" for step in steps) + (
         f" of {iters.pop()}" if len(iters) == 1 and None not in iters else "")
 
 
 def training_length(record):
     """What the selection table says of training length, counted: the units of each model that
     selected a check in the last quarter of their run (still improving when it stopped), what
-    each warm restart changed against its first stage (the same seeds), and how much the RNNs'
-    last quarter lowered their best validation RMSE at each n."""
-    rows, training = record["results"]["table2_rmse"], record["results"]["training"]
-    parts, late, gains = [], {}, {}
+    each warm restart changed against its first stage (over the seeds both trained), and how
+    much the RNNs' last quarter lowered their best validation RMSE at each n."""
+    rows, parts, late, gains = record["results"]["table2_rmse"], [], {}, {}
     for model in MODELS:
         for n, entry in rows.get(LABELS[model], {}).items():
             if not trained(entry):
                 continue
-            iters = [training.get(unit_name(model, n, s), {}).get("iterations")
-                     for s in entry.get("seeds", [])]
             late.setdefault(LABELS[model], []).extend(
-                step > LAST_QUARTER * of
-                for step, of in zip(entry.get("best_step_seeds") or [], iters) if of)
+                step > LAST_QUARTER * of for step, of in zip(
+                    entry.get("best_step_seeds") or [], _unit_iterations(record, model, n, entry))
+                if of and step is not None)
             if model in ("rnn", "rnn_dt"):
                 gains.setdefault(n, []).extend(
                     g for g in entry.get("validation_gain_last_quarter_seeds") or []
                     if g is not None)
     if any(late.values()):
-        parts.append("Units whose selected check came in the last quarter of their run (a "
-                     "sign that they were still improving when it stopped): " + "; ".join(
+        parts.append("Units whose selected check came in the last quarter of their run (of "
+                     "both stages' steps for a warm restart; a sign that they were still "
+                     "improving when it stopped): " + "; ".join(
                          f'"{label}" {sum(flags)} of {len(flags)}'
                          for label, flags in late.items() if flags) + ".")
     for model, settings in TRAINING.items():
         after, before = LABELS[model], LABELS.get(settings.get("extends"))
-        ns = [n for n in _both_trained(rows, after, before)
-              if rows[after][n].get("seeds") == rows[before][n].get("seeds")
-              ] if before in rows and after in rows else []
-        if ns:
-            parts.append(f'The warm restart ("{after}" against its first stage "{before}", the '
-                         "same seeds) changed the mean noise-free RMSE by " + ", ".join(
-                             f"{rows[after][n]['rmse_clean'] - rows[before][n]['rmse_clean']:+.4f}"
-                             f" at n = {n}" for n in ns) + ".")
+        changes = [_restart_change(rows[after][n], rows[before][n]) + (n,)
+                   for n in (_both_trained(rows, after, before)
+                             if before in rows and after in rows else [])]
+        if any(seeds for _, seeds, _ in changes):
+            parts.append(f'The warm restart ("{after}" against its first stage "{before}", '
+                         "over the seeds both trained) changed the mean noise-free RMSE by "
+                         + ", ".join(f"{change:+.4f} at n = {n} ({seeds} seed{'s' * (seeds > 1)})"
+                                     for change, seeds, n in changes if seeds) + ".")
     gains = {n: g for n, g in sorted(gains.items(), key=lambda item: int(item[0])) if g}
     if gains:
         rnns = " and ".join(f'"{LABELS[m]}"' for m in ("rnn", "rnn_dt") if LABELS[m] in rows)
-        parts.append(f"The RNNs' last quarter ({rnns}, every seed) lowered their best "
-                     "validation RMSE (noisy) by " + ", ".join(
-                         f"{np.mean(g):.4f} on average at n = {n} ({min(g):.4f} to "
-                         f"{max(g):.4f})" for n, g in gains.items()) + ".")
+        parts.append(f"The RNNs' last quarter ({rnns}) lowered their best validation RMSE "
+                     "(noisy) by " + ", ".join(
+                         f"{np.mean(g):.4f} on average at n = {n} ({len(g)} units, "
+                         f"{min(g):.4f} to {max(g):.4f})" for n, g in gains.items()) + ".")
     return " ".join(parts)
+
+
+def _restart_change(after, before):
+    """(the mean noise-free RMSE of a warm restart's cell less its first stage's, over the seeds
+    both hold; how many seeds that is)."""
+    values = [{s: v for s, v in zip(c.get("seeds", []), c.get("rmse_clean_seeds", []))}
+              for c in (after, before)]
+    shared = [s for s in values[0] if s in values[1]]
+    if not shared:
+        return 0.0, 0
+    means = [np.mean([v[s] for s in shared]) for v in values]
+    return float(means[0] - means[1]), len(shared)
 
 
 def _label(model):
