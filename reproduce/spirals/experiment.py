@@ -360,11 +360,14 @@ CHOICES = {
 
 
 
+FULL_SEEDS = list(range(7))  # --full's training seeds (its units and Table 2's mean over them)
+
+
 def add_args(parser):
     add_solver_args(parser)
     parser.add_argument("--seeds", type=seed_arg, nargs="+", default=None,
                         help="training seeds, each a separate model (default: --seed in "
-                             "--smoke/--quick, 0-6 in --full)")
+                             f"--smoke/--quick, {FULL_SEEDS[0]}-{FULL_SEEDS[-1]} in --full)")
     parser.add_argument("--train-only-n", type=int, nargs="+", choices=N_OBS, default=None,
                         help="train (or, with --resume, continue) only the models for these "
                              "numbers of observed points and stop: several such runs can share "
@@ -388,7 +391,7 @@ def add_args(parser):
 
 
 def _seeds(run):
-    seeds = run.args.seeds or run.pick([run.seed], [run.seed], list(range(7)))
+    seeds = run.args.seeds or run.pick([run.seed], [run.seed], list(FULL_SEEDS))
     if len(set(seeds)) != len(seeds):
         run.usage_error(f"--seeds repeats a seed: {seeds}")
     return seeds
