@@ -1245,6 +1245,8 @@ def test_the_report_counts_late_checks_restart_gains_and_rnn_gains_from_the_reco
     assert f'"{ode}" 1 of 2;' in text and "-0.0300" not in text and "+0.1000 at n = 50" in text
     table[dt]["30"]["best_step_seeds"] = [None, 100]  # a unit never validated: not counted
     assert f'"{dt}" 2 of 3;' in training_length(record)
+    table[first]["50"].update(seeds=[2, 3])  # no seed both stages hold: no restart sentence
+    assert "changed the mean" not in training_length(record)
     assert training_length({"results": {"table2_rmse": {}, "training": {}}}) == ""
 
 

@@ -35,7 +35,7 @@ from reproduce.latent import (PAPER_TOL, SPEED_REPEATS, add_solver_args, measure
 from .data import N_OBS, SPIRAL, extrapolation_coverage, make_dataset, observed
 from .figures import figure_9, figure_10, figure_training
 from .models import (HIDDEN_MLP, HIDDEN_RNN, LABELS, LATENT, LATENT_MODELS, LATENT_ODE,
-                     MAP_LABEL, MODELS, TRUE_GAPS_LABEL,
+                     MAP_LABEL, MODELS, RNN_MODELS, TRUE_GAPS_LABEL,
                      X_SCALE, decode, evaluate, fit_z0, init_latent_ode, init_rnn_baseline,
                      latent_ode_objective, mean_gap, posterior, rmse, rnn_objective, score)
 
@@ -136,7 +136,7 @@ PILOTS = {
         "overrides": {},
         "about": _BASE_ABOUT,
         "shares": RNN_SHARES}
-       for model in ("rnn", "rnn_dt")},
+       for model in RNN_MODELS},
     "rnn_dt_third_iterations": {
         "model": "rnn_dt",
         "overrides": {"iters_factor": 1 / 3},

@@ -10,7 +10,8 @@ from reproduce.common import read_json
 from reproduce.latent import solver_speed_block
 from .data import SPIRAL
 from .experiment import LAST_QUARTER, TRAINING, parse_unit_name, stages, unit_name
-from .models import LABELS, LATENT_MODELS, LATENT_ODE, MAP_LABEL, MODELS, TRUE_GAPS_LABEL
+from .models import (LABELS, LATENT_MODELS, LATENT_ODE, MAP_LABEL, MODELS, RNN_MODELS,
+                     TRUE_GAPS_LABEL)
 from reproduce.markdown import (FIGURES, best, choices_block, duration_row, figure_links, fmt,
                                 image, not_run, run_line, table)
 
@@ -470,7 +471,7 @@ def training_length(record):
                 step > LAST_QUARTER * of for step, of in zip(
                     entry.get("best_step_seeds") or [], _unit_iterations(record, model, n, entry))
                 if of and step is not None)
-            if model in ("rnn", "rnn_dt"):
+            if model in RNN_MODELS:
                 gains.setdefault(n, []).extend(
                     g for g in entry.get("validation_gain_last_quarter_seeds") or []
                     if g is not None)
@@ -482,17 +483,17 @@ def training_length(record):
                          for label, flags in late.items() if flags) + ".")
     for model, settings in TRAINING.items():
         after, before = LABELS[model], LABELS.get(settings.get("extends"))
-        changes = [_restart_change(rows[after][n], rows[before][n]) + (n,)
-                   for n in (_both_trained(rows, after, before)
-                             if before in rows and after in rows else [])]
-        if any(seeds for _, seeds, _ in changes):
+        changes = [(n, *change) for n in (_both_trained(rows, after, before)
+                                          if before in rows and after in rows else [])
+                   if (change := _restart_change(rows[after][n], rows[before][n])) is not None]
+        if changes:
             parts.append(f'The warm restart ("{after}" against its first stage "{before}", '
                          "over the seeds both trained) changed the mean noise-free RMSE by "
                          + ", ".join(f"{change:+.4f} at n = {n} ({seeds} seed{'s' * (seeds > 1)})"
-                                     for change, seeds, n in changes if seeds) + ".")
+                                     for n, change, seeds in changes) + ".")
     gains = {n: g for n, g in sorted(gains.items(), key=lambda item: int(item[0])) if g}
     if gains:
-        rnns = " and ".join(f'"{LABELS[m]}"' for m in ("rnn", "rnn_dt") if LABELS[m] in rows)
+        rnns = " and ".join(f'"{LABELS[m]}"' for m in RNN_MODELS if LABELS[m] in rows)
         parts.append(f"The RNNs' last quarter ({rnns}) lowered their best validation RMSE "
                      "(noisy) by " + ", ".join(
                          f"{np.mean(g):.4f} on average at n = {n} ({len(g)} units, "
@@ -502,12 +503,12 @@ def training_length(record):
 
 def _restart_change(after, before):
     """(the mean noise-free RMSE of a warm restart's cell less its first stage's, over the seeds
-    both hold; how many seeds that is)."""
+    both hold; how many seeds that is), None where they share no seed."""
     values = [{s: v for s, v in zip(c.get("seeds", []), c.get("rmse_clean_seeds", []))}
               for c in (after, before)]
     shared = [s for s in values[0] if s in values[1]]
     if not shared:
-        return 0.0, 0
+        return None
     means = [np.mean([v[s] for s in shared]) for v in values]
     return float(means[0] - means[1]), len(shared)
 
