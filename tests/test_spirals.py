@@ -1136,10 +1136,10 @@ def test_rnn_training_choice_holds_for_the_committed_results():
     assert all(first[n]["rmse_clean"] > ode[n]["rmse_clean"] for n in ("30", "50", "100"))
     assert ode["50"]["best_step_seeds"][0] == first["50"]["best_step_seeds"][0] == 7250
     for cell in (ode, first):
-        assert all(c["seeds"] == SE.FULL_SEEDS and "unfinished_seeds" not in c
+        assert all(c["seeds"] == list(SE.FULL_SEEDS) and "unfinished_seeds" not in c
                    for c in cell.values())
     assert all(c["seeds"] == [0, 1, 2] for c in rnn.values())  # the plain RNN: 3 seeds
-    assert all(c["seeds"] == SE.FULL_SEEDS and len(c["rmse_clean_seeds"]) == 7
+    assert all(c["seeds"] == list(SE.FULL_SEEDS) and len(c["rmse_clean_seeds"]) == 7
                for c in dt.values())
     text = SE.CHOICES["latent ODE training"]
     for claim in ("selected a check in the last quarter of their run", "lowered the mean RMSE "

@@ -359,8 +359,7 @@ CHOICES = {
 }
 
 
-
-FULL_SEEDS = list(range(7))  # --full's training seeds (its units and Table 2's mean over them)
+FULL_SEEDS = tuple(range(7))  # --full's training seeds (its units and Table 2's mean over them)
 
 
 def add_args(parser):
