@@ -13,6 +13,7 @@ import datetime
 import hashlib
 import importlib.metadata
 import json
+import multiprocessing
 import os
 import pickle
 import platform
@@ -273,6 +274,15 @@ class Run:
         self._bar = tqdm(iterable, desc=f"{self.name}: {desc}", total=total, mininterval=1.0,
                          dynamic_ncols=True, file=sys.stderr)
         return self._bar
+
+    def write(self, line):
+        """Print a line on stdout above the progress bar while one runs (tqdm.write), else
+        plainly."""
+        if self._bar is None:
+            print(line, flush=True)
+        else:
+            self._bar.write(line, file=sys.stdout)
+            sys.stdout.flush()
 
     def set_postfix(self, **values):
         if self._bar is not None:
@@ -710,6 +720,43 @@ class RMSprop(Optimizer):
             step = self.state["velocity"] = (self.momentum * self.state.get("velocity", 0.0)
                                              + step)
         return step
+
+
+# what a worker of in_processes runs its BLAS with: one thread, as every unit of work does
+# (reproduce/runner.py), so that its numbers are the ones a single process computes
+WORKER_THREADS = {v: "1" for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
+
+
+def in_processes(fn, tasks, workers):
+    """(key, fn(*args)) for each key -> args of `tasks` (a dict), in the order they finish: in a
+    pool of `workers` fresh processes ("spawn": each gets its arguments and nothing else, and
+    runs BLAS on one thread), or one after another in this process where workers is 1. fn is a
+    module-level function whose result depends on its arguments alone, so where it ran does not
+    change it; the first exception a task raises is raised here and stops the pool."""
+    if workers < 1:
+        raise ValueError(f"in_processes: workers must be at least 1, not {workers}")
+    if workers == 1 or len(tasks) <= 1:
+        for key, args in tasks.items():
+            yield key, fn(*args)
+        return
+    saved = {v: os.environ.get(v) for v in WORKER_THREADS}
+    os.environ.update(WORKER_THREADS)  # read by the workers as they start, in Pool()
+    try:
+        pool = multiprocessing.get_context("spawn").Pool(min(workers, len(tasks)))
+    finally:
+        for v, value in saved.items():
+            if value is None:
+                os.environ.pop(v)
+            else:
+                os.environ[v] = value
+    with pool:  # terminates the workers on leaving, finished or not
+        yield from pool.imap_unordered(_keyed_call, [(key, fn, args)
+                                                     for key, args in tasks.items()])
+
+
+def _keyed_call(task):
+    key, fn, args = task
+    return key, fn(*args)
 
 
 def machine():

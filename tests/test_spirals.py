@@ -628,7 +628,7 @@ def test_inference_gap_fits_z0_per_test_spiral_and_leaves_table2_alone(tmp_path)
 
 @pytest.mark.slow
 def test_training_split_by_n_then_gathered_gives_the_numbers_of_one_run(tmp_path):
-    assert _run(tmp_path, "whole") == 0
+    assert _run(tmp_path, "whole", "--eval-workers", "2") == 0
     table = json.loads((tmp_path / "whole" / "results.json").read_text())["results"]["table2_rmse"]
     assert _run(tmp_path, "byn", "--resume", "--train-only-n", "100") == 0
     assert not (tmp_path / "byn" / "results.json").exists()
@@ -652,7 +652,7 @@ def test_training_split_by_n_then_gathered_gives_the_numbers_of_one_run(tmp_path
         if path.is_file():
             path.unlink()
     shutil.rmtree(tmp_path / "byn")
-    assert _run(tmp_path, "byn", "--evaluate-only") == 0
+    assert _run(tmp_path, "byn", "--evaluate-only", "--eval-workers", "1") == 0  # one process
     again = json.loads((tmp_path / "byn" / "results.json").read_text())["results"]
     assert again["table2_rmse"] == table and "note" not in again
     # and a resumed run takes them as finished: nothing is trained again

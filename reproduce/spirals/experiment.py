@@ -5,6 +5,8 @@ irregularly sampled bi-directional spirals.
     python -m reproduce spirals --full      # 1000 spirals, the full number of iterations
     python -m reproduce spirals --full --only latent_ode_n30_seed0 --resume   # one unit
     python -m reproduce spirals --full --resume --pilot two_layer_dynamics   # a candidate change
+    python -m reproduce spirals --full --resume --evaluate-only   # Table 2 from the weights,
+                                                  # scored in --eval-workers processes (the CPUs)
 
 Data (the paper gives only "1000 2-D spirals, each starting at a different point, 100 equally
 spaced steps, half clockwise and half counter-clockwise, Gaussian noise"; the rest follows the
@@ -27,8 +29,8 @@ import re
 import numpy as np
 from autograd.misc import flatten
 
-from reproduce.common import (Run, config_diff, jsonable, now, partial_note, read_json,
-                              seed_arg)
+from reproduce.common import (Run, config_diff, in_processes, jsonable, now, partial_note,
+                              positive, read_json, seed_arg)
 from reproduce.latent import (PAPER_TOL, SPEED_REPEATS, add_solver_args, measure_solvers,
                               solver_from_args, train, training_summary)
 
@@ -375,6 +377,10 @@ def add_args(parser):
                         help="train only these models' units and stop (as --train-only-n); "
                              "latent_ode_extended's unit trains latent_ode_gru first, which has "
                              "no unit of its own")
+    parser.add_argument("--eval-workers", type=positive(int), default=os.cpu_count() or 1,
+                        help="score the trained units (and --inference-gap's fits) in this many "
+                             "processes side by side, each on one BLAS thread; the numbers do "
+                             "not depend on it (default: this machine's CPUs, %(default)s)")
     parser.add_argument("--inference-gap", action="store_true",
                         help="after Table 2, also write inference_gap.json: each seed's "
                              "latent ODE extrapolating from z0 fitted to the test points "
@@ -694,6 +700,24 @@ def best_params(state):
     return (state["best"] or state)["params"]
 
 
+def evaluate_units(run, states, data, eval_solver, refine=None):
+    """evaluate_unit of every trained unit ({(model, n, seed): state}; refine: Table 2's MAP
+    rows of the latent models) in --eval-workers processes, each unit's scores printed as it
+    finishes; {(model, n, seed): its result}."""
+    steps = {n: mean_gap(observed(data, n, data["train"])[1]) for _, n, _ in states}
+    tasks = {(model, n, seed): (  # what evaluate_unit reads of a state, not its history
+        model, {k: state[k] for k in ("params", "best", "validation", "step")}, data, n,
+        eval_solver, seed, steps[n], refine) for (model, n, seed), state in states.items()}
+    per_seed = {}
+    for (model, n, seed), result in run.progress(
+            in_processes(evaluate_unit, tasks, run.args.eval_workers), "evaluating",
+            total=len(tasks)):
+        per_seed[model, n, seed] = result
+        run.write(f"spirals: {LABELS[model]:10s} n = {n:3d} seed {seed}: " + ", ".join(
+            f"{k} {v:.4f}" for k, v in result.items() if isinstance(v, float)))
+    return per_seed
+
+
 def evaluate_unit(model, state, data, n, eval_solver, seed, step=None, refine=None):
     """A trained unit's test scores (evaluate, with map_z0's under "map_z0" given refine, and the
     RNN + dt's "true_gaps") at its best validated parameters, with the step they were taken at,
@@ -767,7 +791,7 @@ def _summary(values):
 
 def make_run(argv=None):
     return Run("spirals", argv, description=__doc__.split("\n\n")[0], extra_args=add_args,
-               bookkeeping={"seeds", "train_only", "inference_gap", "pilot"},
+               bookkeeping={"seeds", "train_only", "inference_gap", "pilot", "eval_workers"},
                selecting=lambda args: () if args.pilot else ("train_only", "train_only_n"))
 
 
@@ -784,17 +808,13 @@ def main(argv=None):
     data = make_dataset(cfg["n_spirals"])
     if run.args.pilot:
         return pilots(run, cfg, data, solver, eval_solver)
-    todo, states, per_seed = units(run), {}, {}
+    todo, states = units(run), {}
     table2_run = not run.partial  # else it trains units and stops
     for key in todo:
         unit_model, n, seed = grid[key]
-        step = mean_gap(observed(data, n, data["train"])[1])
         for model in stages(unit_model):
-            state = states[model, n, seed] = train_unit(run, cfg, data, solver, model, n, seed)
-            result = per_seed[model, n, seed] = evaluate_unit(  # MAP only where Table 2 uses it
-                model, state, data, n, eval_solver, seed, step, refine if table2_run else None)
-            print(f"spirals: {LABELS[model]:10s} n = {n:3d} seed {seed}: " + ", ".join(
-                f"{k} {v:.4f}" for k, v in result.items() if isinstance(v, float)), flush=True)
+            states[model, n, seed] = train_unit(run, cfg, data, solver, model, n, seed)
+    per_seed = evaluate_units(run, states, data, eval_solver, refine if table2_run else None)
     if not table2_run:
         print(f"spirals: trained {', '.join(todo)}; checkpoints in {run.ckpt_dir}")
         return 0
@@ -887,8 +907,10 @@ def main(argv=None):
     if run.args.inference_gap:  # before results.json, whose duration is the whole command's
         maxiter, fitted = FIT_ITERS[run.mode], [(n, s) for n in N_OBS
                                                 for s in _model_seeds(run, LATENT_ODE)]
-        gaps = {(n, s): inference_gap(best_params(states[LATENT_ODE, n, s]), data, n,
-                                      eval_solver, solver, maxiter) for n, s in fitted}
+        done = dict(run.progress(in_processes(inference_gap, {
+            (n, s): (best_params(states[LATENT_ODE, n, s]), data, n, eval_solver, solver, maxiter)
+            for n, s in fitted}, run.args.eval_workers), "inference gap", total=len(fitted)))
+        gaps = {key: done[key] for key in fitted}  # in seed order, not the order they finished
         run.save_results({
             "inference_gap": {str(n): seeds_mean([g for (m, _), g in gaps.items() if m == n])
                               for n in N_OBS},
