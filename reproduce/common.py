@@ -9,6 +9,7 @@ each, checkpointed as KEY.ckpt) and `main(argv)`; its `figures` module draws, an
 module renders its section of figures/RESULTS.md from its results.json.
 """
 import argparse
+import concurrent.futures
 import datetime
 import hashlib
 import importlib.metadata
@@ -722,41 +723,45 @@ class RMSprop(Optimizer):
         return step
 
 
-# what a worker of in_processes runs its BLAS with: one thread, as every unit of work does
-# (reproduce/runner.py), so that its numbers are the ones a single process computes
-WORKER_THREADS = {v: "1" for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
+BLAS_THREADS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")  # read at import
+
+
+def cpus():
+    """The CPUs this process may run on (its affinity where the system tells it)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def in_processes(fn, tasks, workers):
-    """(key, fn(*args)) for each key -> args of `tasks` (a dict), in the order they finish: in a
-    pool of `workers` fresh processes ("spawn": each gets its arguments and nothing else, and
-    runs BLAS on one thread), or one after another in this process where workers is 1. fn is a
-    module-level function whose result depends on its arguments alone, so where it ran does not
-    change it; the first exception a task raises is raised here and stops the pool."""
+    """(key, fn(*args)) for each key -> args of `tasks` (a dict), in the order they finish: in
+    `workers` fresh processes ("spawn": each gets its arguments and nothing else, and runs BLAS
+    on one thread, as every unit of work does), or one after another in this process (on its own
+    threads) where workers is 1 or there is one task. fn is a module-level function whose result
+    depends on its arguments alone, so where it ran does not change it. The first exception a
+    task raises, or BrokenProcessPool where a worker died, is raised here and cancels the tasks
+    not started (those running finish before the interpreter exits)."""
     if workers < 1:
         raise ValueError(f"in_processes: workers must be at least 1, not {workers}")
     if workers == 1 or len(tasks) <= 1:
         for key, args in tasks.items():
             yield key, fn(*args)
         return
-    saved = {v: os.environ.get(v) for v in WORKER_THREADS}
-    os.environ.update(WORKER_THREADS)  # read by the workers as they start, in Pool()
+    saved = {v: os.environ.get(v) for v in BLAS_THREADS}
+    os.environ.update({v: "1" for v in BLAS_THREADS})  # read by each worker as submit starts it
     try:
-        pool = multiprocessing.get_context("spawn").Pool(min(workers, len(tasks)))
+        pool = concurrent.futures.ProcessPoolExecutor(
+            min(workers, len(tasks)), mp_context=multiprocessing.get_context("spawn"))
+        futures = {pool.submit(fn, *args): key for key, args in tasks.items()}
     finally:
         for v, value in saved.items():
             if value is None:
                 os.environ.pop(v)
             else:
                 os.environ[v] = value
-    with pool:  # terminates the workers on leaving, finished or not
-        yield from pool.imap_unordered(_keyed_call, [(key, fn, args)
-                                                     for key, args in tasks.items()])
-
-
-def _keyed_call(task):
-    key, fn, args = task
-    return key, fn(*args)
+    try:
+        for future in concurrent.futures.as_completed(futures):
+            yield futures[future], future.result()
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
 
 
 def machine():

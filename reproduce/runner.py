@@ -31,7 +31,7 @@ import threading
 import time
 import uuid
 
-from reproduce.common import REFUSED, ROOT, positive
+from reproduce.common import BLAS_THREADS, REFUSED, ROOT, cpus, positive
 
 EXECUTORS = ("local", "processes", "ray")
 FOLDER_FLAGS = ("--out", "--checkpoint-dir", "--weights-dir")  # `all` gives each its NAME/ there
@@ -41,8 +41,7 @@ RETRIES = 2  # a unit whose process dies runs again up to this many times, from 
 # TensorFlow models run gpu_dynamics' 2 intra-op threads on a CPU.
 THREADS = {"mnist": 2}
 GPU_EXPERIMENTS = {"mnist"}  # on a Ray cluster with GPUs, each of these units takes one
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
-                    "GPU_DYNAMICS_THREADS")
+THREAD_VARIABLES = BLAS_THREADS + ("GPU_DYNAMICS_THREADS",)
 
 
 class UnitFailed(Exception):
@@ -149,7 +148,7 @@ def completed(units, options):
     with) as each one ends, so that the driver can evaluate an experiment while the units of
     the others still run."""
     if options.executor == "processes":
-        return _processes(units, options.workers or os.cpu_count() or 1)
+        return _processes(units, options.workers or cpus())
     return _ray(units, options.workers, options.address)
 
 

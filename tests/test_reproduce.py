@@ -321,3 +321,36 @@ def test_committed_full_results_were_scored_from_the_committed_weights(name):
     for unit, checks in pairs.items():
         for in_results, in_weights in checks:
             assert in_results == pytest.approx(in_weights, rel=1e-6), unit
+
+
+def _failing_solve(y0):
+    from odeint_autograd import odeint
+    return odeint(lambda y, t: y * 0 + float("nan"), y0, [0.0, 1.0])
+
+
+def _die():
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_in_processes_gives_each_tasks_result_and_its_failure_as_one_process_would():
+    import math
+    from odeint_autograd import ODESolverError
+    from reproduce.common import BLAS_THREADS, in_processes
+    tasks = {f"task{i}": (float(i),) for i in range(5)}
+    serial = dict(in_processes(math.sqrt, tasks, 1))
+    assert serial == {key: math.sqrt(x) for key, (x,) in tasks.items()}
+    assert dict(in_processes(math.sqrt, tasks, 3)) == serial
+    before = {v: os.environ.get(v) for v in BLAS_THREADS}
+    threads = dict(in_processes(os.getenv, {v: (v,) for v in BLAS_THREADS}, 2))
+    assert threads == {v: "1" for v in BLAS_THREADS}  # each worker on one BLAS thread
+    assert {v: os.environ.get(v) for v in BLAS_THREADS} == before  # the parent's unchanged
+    for workers in (1, 2):  # the solver's own error, whole, from a worker as from this process
+        with pytest.raises(ODESolverError) as failed:
+            dict(in_processes(_failing_solve, {"x": (1.0,), "y": (2.0,)}, workers))
+        assert failed.value.method is not None and failed.value.t is not None
+    # a worker that dies (killed, out of memory) fails the call instead of hanging it
+    from concurrent.futures.process import BrokenProcessPool
+    with pytest.raises(BrokenProcessPool):
+        dict(in_processes(_die, {"a": (), "b": ()}, 2))
+    with pytest.raises(ValueError, match="workers must be at least 1"):
+        dict(in_processes(math.sqrt, tasks, 0))

@@ -281,28 +281,3 @@ def test_the_cluster_guide_counts_the_units_of_the_full_protocols():
     table = dict(re.findall(r"^\| (\w+) \| (\d+)\b", guide, re.M))
     assert table == {name: str(count) for name, count in counts.items()}
 
-
-def _failing_solve(y0):
-    from odeint_autograd import odeint
-    return odeint(lambda y, t: y * 0 + float("nan"), y0, [0.0, 1.0])
-
-
-def test_in_processes_gives_each_tasks_result_and_its_failure_as_one_process_would():
-    from odeint_autograd import ODESolverError
-    from reproduce.common import WORKER_THREADS, in_processes
-    tasks = {f"task{i}": (float(i),) for i in range(5)}
-    import math
-    serial = dict(in_processes(math.sqrt, tasks, 1))
-    assert serial == {key: math.sqrt(x) for key, (x,) in tasks.items()}
-    assert dict(in_processes(math.sqrt, tasks, 3)) == serial
-    before = {v: os.environ.get(v) for v in WORKER_THREADS}
-    threads = dict(in_processes(os.getenv, {"a": ("OMP_NUM_THREADS",), "b": ("MKL_NUM_THREADS",)},
-                                2))
-    assert threads == {"a": "1", "b": "1"}  # each worker on one BLAS thread
-    assert {v: os.environ.get(v) for v in WORKER_THREADS} == before  # the parent's unchanged
-    for workers in (1, 2):  # the solver's own error, whole, from a worker as from this process
-        with pytest.raises(ODESolverError) as failed:
-            dict(in_processes(_failing_solve, {"x": (1.0,), "y": (2.0,)}, workers))
-        assert failed.value.method is not None and failed.value.t is not None
-    with pytest.raises(ValueError, match="workers must be at least 1"):
-        dict(in_processes(math.sqrt, tasks, 0))

@@ -29,8 +29,8 @@ import re
 import numpy as np
 from autograd.misc import flatten
 
-from reproduce.common import (Run, config_diff, in_processes, jsonable, now, partial_note,
-                              positive, read_json, seed_arg)
+from reproduce.common import (Run, config_diff, cpus, in_processes, jsonable, now,
+                              partial_note, positive, read_json, seed_arg)
 from reproduce.latent import (PAPER_TOL, SPEED_REPEATS, add_solver_args, measure_solvers,
                               solver_from_args, train, training_summary)
 
@@ -377,10 +377,12 @@ def add_args(parser):
                         help="train only these models' units and stop (as --train-only-n); "
                              "latent_ode_extended's unit trains latent_ode_gru first, which has "
                              "no unit of its own")
-    parser.add_argument("--eval-workers", type=positive(int), default=os.cpu_count() or 1,
-                        help="score the trained units (and --inference-gap's fits) in this many "
-                             "processes side by side, each on one BLAS thread; the numbers do "
-                             "not depend on it (default: this machine's CPUs, %(default)s)")
+    parser.add_argument("--eval-workers", type=positive(int), default=cpus(),
+                        help="score Table 2's units (and --inference-gap's fits) in this many "
+                             "processes side by side, each on one BLAS thread (1: in this "
+                             "process); the numbers do not depend on it (default: the CPUs, "
+                             "%(default)s; a run that trains and stops, and a --pilot run, "
+                             "score in this process)")
     parser.add_argument("--inference-gap", action="store_true",
                         help="after Table 2, also write inference_gap.json: each seed's "
                              "latent ODE extrapolating from z0 fitted to the test points "
@@ -700,22 +702,24 @@ def best_params(state):
     return (state["best"] or state)["params"]
 
 
-def evaluate_units(run, states, data, eval_solver, refine=None):
+def evaluate_units(run, states, data, eval_solver, refine=None, workers=1):
     """evaluate_unit of every trained unit ({(model, n, seed): state}; refine: Table 2's MAP
-    rows of the latent models) in --eval-workers processes, each unit's scores printed as it
-    finishes; {(model, n, seed): its result}."""
+    rows of the latent models) in `workers` processes (in_processes), each unit's scores printed
+    as it finishes; {(model, n, seed): its result}."""
     steps = {n: mean_gap(observed(data, n, data["train"])[1]) for _, n, _ in states}
-    tasks = {(model, n, seed): (  # what evaluate_unit reads of a state, not its history
-        model, {k: state[k] for k in ("params", "best", "validation", "step")}, data, n,
-        eval_solver, seed, steps[n], refine) for (model, n, seed), state in states.items()}
+    tasks = {(model, n, seed): (model, {k: state[k] for k in SCORED_STATE}, data, n,
+                                eval_solver, seed, steps[n], refine)
+             for (model, n, seed), state in states.items()}
     per_seed = {}
     for (model, n, seed), result in run.progress(
-            in_processes(evaluate_unit, tasks, run.args.eval_workers), "evaluating",
-            total=len(tasks)):
+            in_processes(evaluate_unit, tasks, workers), "evaluating", total=len(tasks)):
         per_seed[model, n, seed] = result
         run.write(f"spirals: {LABELS[model]:10s} n = {n:3d} seed {seed}: " + ", ".join(
             f"{k} {v:.4f}" for k, v in result.items() if isinstance(v, float)))
     return per_seed
+
+
+SCORED_STATE = ("params", "best", "validation", "step")  # what evaluate_unit reads of a state
 
 
 def evaluate_unit(model, state, data, n, eval_solver, seed, step=None, refine=None):
@@ -814,7 +818,8 @@ def main(argv=None):
         unit_model, n, seed = grid[key]
         for model in stages(unit_model):
             states[model, n, seed] = train_unit(run, cfg, data, solver, model, n, seed)
-    per_seed = evaluate_units(run, states, data, eval_solver, refine if table2_run else None)
+    per_seed = (evaluate_units(run, states, data, eval_solver, refine, run.args.eval_workers)
+                if table2_run else evaluate_units(run, states, data, eval_solver))  # in process
     if not table2_run:
         print(f"spirals: trained {', '.join(todo)}; checkpoints in {run.ckpt_dir}")
         return 0
