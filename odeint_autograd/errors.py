@@ -18,9 +18,6 @@ class ODESolverError(RuntimeError):
         super().__init__(reason)
         self.reason, self.t, self.method, self.solve = reason, t, method, solve
 
-    def __reduce__(self):  # whole across processes (a worker's failed solve)
-        return type(self), (self.reason, self.t, self.method, self.solve)
-
     def __str__(self):
         solver = f" ({self.method})" if self.method else ""
         which = (" in the adjoint (backward) solve, after the forward solve succeeded"

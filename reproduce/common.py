@@ -22,6 +22,7 @@ import shlex
 import sys
 import tempfile
 import time
+import unittest.mock
 import zlib
 
 import numpy as np
@@ -745,18 +746,11 @@ def in_processes(fn, tasks, workers):
         for key, args in tasks.items():
             yield key, fn(*args)
         return
-    saved = {v: os.environ.get(v) for v in BLAS_THREADS}
-    os.environ.update({v: "1" for v in BLAS_THREADS})  # read by each worker as submit starts it
-    try:
+    # read by each worker as submit starts it; this process's environment restored after
+    with unittest.mock.patch.dict(os.environ, {v: "1" for v in BLAS_THREADS}):
         pool = concurrent.futures.ProcessPoolExecutor(
             min(workers, len(tasks)), mp_context=multiprocessing.get_context("spawn"))
         futures = {pool.submit(fn, *args): key for key, args in tasks.items()}
-    finally:
-        for v, value in saved.items():
-            if value is None:
-                os.environ.pop(v)
-            else:
-                os.environ[v] = value
     try:
         for future in concurrent.futures.as_completed(futures):
             yield futures[future], future.result()

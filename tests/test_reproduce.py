@@ -332,7 +332,8 @@ def _die():
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def test_in_processes_gives_each_tasks_result_and_its_failure_as_one_process_would():
+def test_in_processes_gives_each_tasks_result_and_its_failure_as_one_process_would(
+        monkeypatch):
     import math
     from odeint_autograd import ODESolverError
     from reproduce.common import BLAS_THREADS, in_processes
@@ -340,6 +341,8 @@ def test_in_processes_gives_each_tasks_result_and_its_failure_as_one_process_wou
     serial = dict(in_processes(math.sqrt, tasks, 1))
     assert serial == {key: math.sqrt(x) for key, (x,) in tasks.items()}
     assert dict(in_processes(math.sqrt, tasks, 3)) == serial
+    for v in BLAS_THREADS:  # not one already, so that the workers' one is in_processes' doing
+        monkeypatch.setenv(v, "4")
     before = {v: os.environ.get(v) for v in BLAS_THREADS}
     threads = dict(in_processes(os.getenv, {v: (v,) for v in BLAS_THREADS}, 2))
     assert threads == {v: "1" for v in BLAS_THREADS}  # each worker on one BLAS thread

@@ -280,4 +280,3 @@ def test_the_cluster_guide_counts_the_units_of_the_full_protocols():
     assert f"{counts['cnf']} CNF and planar-flow models" in head and counts["poisson"] == 1
     table = dict(re.findall(r"^\| (\w+) \| (\d+)\b", guide, re.M))
     assert table == {name: str(count) for name, count in counts.items()}
-
