@@ -459,13 +459,19 @@ def units(run):
     return run.select(list(grid), chosen)
 
 
+def rnn_step(data, n):
+    """The time a free-running step of the RNNs stands for at n observations (rnn_predict's
+    `step`): the mean gap between the training series' observations."""
+    return mean_gap(observed(data, n, data["train"])[1])
+
+
 def train_unit(run, cfg, data, solver, model, n, seed, pilot=None):
     """Train one model for one n and one seed (resumable); returns its state, state["best"]
     holding the parameters with the lowest validation RMSE (against the noisy points). pilot:
     a PILOTS key, `model` (the pilot's) with that change (its own unit)."""
     xs, times = observed(data, n, data["train"])
     overrides, hyper = training_overrides(pilot), unit_training(model, pilot)
-    step = mean_gap(times)
+    step = rnn_step(data, n)
     config = {"batch_size": hyper["batch_size"], "n_spirals": cfg["n_spirals"], **overrides}
     if model in LATENT_MODELS:
         for key in ("dyn_hidden", "adjoint_method", "encoder", "extends"):
@@ -586,7 +592,7 @@ def pilots(run, cfg, data, solver, eval_solver):
         training = f"Table 2's {LABELS[model]} with the change: {hyper}"
         scored = {}  # {n: {seed: by_seed entry}}
         for n in run.args.train_only_n or [30]:
-            step = None if latent else mean_gap(observed(data, n, data["train"])[1])
+            step = None if latent else rnn_step(data, n)
             for seed in _pilot_seeds(run, name, n):
                 state = train_unit(run, cfg, data, solver, model, n, seed, pilot=name)
                 unit = unit_name(model, n, seed, name)
@@ -706,9 +712,8 @@ def evaluate_units(run, states, data, eval_solver, refine=None, workers=1):
     """evaluate_unit of every trained unit ({(model, n, seed): state}; refine: Table 2's MAP
     rows of the latent models) in `workers` processes (in_processes), each unit's scores printed
     as it finishes; {(model, n, seed): its result}."""
-    steps = {n: mean_gap(observed(data, n, data["train"])[1]) for _, n, _ in states}
     tasks = {(model, n, seed): (model, {k: state[k] for k in SCORED_STATE}, data, n,
-                                eval_solver, seed, steps[n], refine)
+                                eval_solver, seed, rnn_step(data, n), refine)
              for (model, n, seed), state in states.items()}
     per_seed = {}
     for (model, n, seed), result in run.progress(
@@ -850,9 +855,8 @@ def main(argv=None):
     best = {(m, n): best_params(states[m, n, s0])
             for m in MODELS for n in N_OBS}
     histories = {m: {n: states[m, n, s0]["history"] for n in N_OBS} for m in MODELS}
-    step30 = mean_gap(observed(data, 30, data["train"])[1])
     figure_9(run.path("fig9.png"), data, {m: best[m, 30] for m in MODELS}, eval_solver,
-             s0 + 2, step=step30)
+             s0 + 2, step=rnn_step(data, 30))
     fig10 = figure_10(run.path("fig10.png"), data, best[LATENT_ODE, 30], eval_solver)
     figure_training(run.path("training.png"), histories)
 
